@@ -1,0 +1,336 @@
+use std::io::{self, BufRead, Read};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::PROTOCOL_VERSION;
+use crate::message::{DaemonError, ErrorKind, Reply, Request};
+
+/// Longest frame either side accepts, newline excluded. Requests are a few hundred bytes; the
+/// limit bounds what a garbage or hostile peer can make the daemon buffer.
+pub const MAX_FRAME_BYTES: usize = 64 * 1024;
+
+/// A frame could not be read or understood.
+#[derive(Debug, Error)]
+pub enum FrameError {
+    /// Reading failed.
+    #[error("reading frame: {0}")]
+    Io(#[from] io::Error),
+    /// The peer sent more than [`MAX_FRAME_BYTES`] without a newline.
+    #[error("frame longer than {MAX_FRAME_BYTES} bytes")]
+    TooLong,
+    /// The peer closed the connection in the middle of a frame.
+    #[error("connection closed after {0} bytes of an unterminated frame")]
+    Truncated(usize),
+    /// Not a frame of this protocol.
+    #[error("malformed frame: {0}")]
+    Malformed(String),
+    /// The peer speaks another protocol version.
+    #[error("protocol version mismatch: peer speaks {peer}, this side {ours}")]
+    VersionMismatch {
+        /// The peer's version.
+        peer: u32,
+        /// Ours.
+        ours: u32,
+    },
+}
+
+#[derive(Serialize)]
+struct RequestOut<'a> {
+    v: u32,
+    req: &'a Request,
+}
+
+#[derive(Deserialize)]
+struct RequestIn {
+    v: Option<u32>,
+    req: Option<serde_json::Value>,
+}
+
+#[derive(Serialize)]
+struct ReplyOut<'a> {
+    v: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ok: Option<&'a Reply>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    err: Option<&'a DaemonError>,
+}
+
+#[derive(Deserialize)]
+struct ReplyIn {
+    v: Option<u32>,
+    ok: Option<serde_json::Value>,
+    err: Option<DaemonError>,
+}
+
+fn line(mut bytes: Vec<u8>) -> Vec<u8> {
+    bytes.push(b'\n');
+    bytes
+}
+
+fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
+    // Our message types hold only strings, numbers and addresses: serialization cannot fail.
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+/// The newline-terminated frame of a request.
+pub fn encode_request(req: &Request) -> Vec<u8> {
+    line(to_json(&RequestOut {
+        v: PROTOCOL_VERSION,
+        req,
+    }))
+}
+
+/// Decodes a request frame (without its newline). The error is the reply to send back: a frame
+/// of another protocol version gets [`ErrorKind::VersionMismatch`] naming both versions, anything
+/// undecodable gets [`ErrorKind::BadRequest`] saying what is wrong.
+pub fn decode_request(frame: &[u8]) -> Result<Request, DaemonError> {
+    let bad = |what: String| DaemonError::new(ErrorKind::BadRequest, what);
+    let envelope: RequestIn = serde_json::from_slice(frame).map_err(|e| {
+        bad(format!(
+            "request is not a JSON object of this protocol: {e}"
+        ))
+    })?;
+    match envelope.v {
+        Some(PROTOCOL_VERSION) => {}
+        Some(v) => {
+            return Err(DaemonError::new(
+                ErrorKind::VersionMismatch,
+                format!(
+                    "plugin speaks protocol version {v}, ipamd speaks {PROTOCOL_VERSION}: \
+                     install the vpc-cni plugin that ships with this ipamd"
+                ),
+            ));
+        }
+        None => return Err(bad("request has no protocol version \"v\"".into())),
+    }
+    let req = envelope
+        .req
+        .ok_or_else(|| bad("request has no \"req\" object".into()))?;
+    serde_json::from_value(req).map_err(|e| bad(format!("invalid request: {e}")))
+}
+
+/// The newline-terminated frame of a reply.
+pub fn encode_reply(outcome: &Result<Reply, DaemonError>) -> Vec<u8> {
+    let (ok, err) = match outcome {
+        Ok(reply) => (Some(reply), None),
+        Err(e) => (None, Some(e)),
+    };
+    line(to_json(&ReplyOut {
+        v: PROTOCOL_VERSION,
+        ok,
+        err,
+    }))
+}
+
+/// Decodes a reply frame (without its newline).
+pub fn decode_reply(frame: &[u8]) -> Result<Result<Reply, DaemonError>, FrameError> {
+    let envelope: ReplyIn =
+        serde_json::from_slice(frame).map_err(|e| FrameError::Malformed(e.to_string()))?;
+    // A daemon of another version still answers in the frozen envelope; its error text (which
+    // names both versions) is more useful than ours, so surface it when there is one.
+    match (envelope.v, envelope.err, envelope.ok) {
+        (Some(v), Some(err), _)
+            if v != PROTOCOL_VERSION && err.kind != ErrorKind::VersionMismatch =>
+        {
+            Err(FrameError::VersionMismatch {
+                peer: v,
+                ours: PROTOCOL_VERSION,
+            })
+        }
+        (_, Some(err), _) => Ok(Err(err)),
+        (Some(PROTOCOL_VERSION), None, Some(ok)) => serde_json::from_value(ok)
+            .map(Ok)
+            .map_err(|e| FrameError::Malformed(format!("invalid reply: {e}"))),
+        (Some(v), None, Some(_)) => Err(FrameError::VersionMismatch {
+            peer: v,
+            ours: PROTOCOL_VERSION,
+        }),
+        _ => Err(FrameError::Malformed(
+            "reply has neither \"ok\" nor \"err\" with a version".into(),
+        )),
+    }
+}
+
+/// Reads one newline-terminated frame, without the newline. `Ok(None)` is a clean end of stream
+/// before any byte of a new frame.
+pub fn read_frame<R: BufRead>(reader: &mut R) -> Result<Option<Vec<u8>>, FrameError> {
+    let mut buf = Vec::with_capacity(512);
+    let limit = (MAX_FRAME_BYTES + 1) as u64;
+    reader.by_ref().take(limit).read_until(b'\n', &mut buf)?;
+    match buf.last() {
+        None => Ok(None),
+        Some(b'\n') => {
+            buf.pop();
+            Ok(Some(buf))
+        }
+        Some(_) if buf.len() > MAX_FRAME_BYTES => Err(FrameError::TooLong),
+        Some(_) => Err(FrameError::Truncated(buf.len())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Cursor;
+
+    use super::*;
+    use crate::message::*;
+
+    fn key() -> AttachmentKey {
+        AttachmentKey {
+            network: "aws-cni".into(),
+            container_id: "abc".into(),
+            ifname: "eth0".into(),
+        }
+    }
+
+    fn allocation() -> Allocation {
+        Allocation {
+            key: key(),
+            pod: PodMeta {
+                namespace: "default".into(),
+                name: "web".into(),
+                ..Default::default()
+            },
+            ip: "10.0.0.9".parse().unwrap(),
+            eni_id: "eni-1".into(),
+            device_number: 0,
+            route_table: MAIN_TABLE,
+        }
+    }
+
+    fn strip(mut frame: Vec<u8>) -> Vec<u8> {
+        assert_eq!(frame.pop(), Some(b'\n'));
+        assert!(!frame.contains(&b'\n'), "frames are one line");
+        frame
+    }
+
+    #[test]
+    fn every_request_round_trips() {
+        let requests = [
+            Request::Add(AddRequest {
+                key: key(),
+                pod: PodMeta::default(),
+                netns: "/run/netns/x".into(),
+            }),
+            Request::Del(DelRequest {
+                key: key(),
+                pod: PodMeta::default(),
+                reason: DelReason::SetupFailed,
+            }),
+            Request::Check(CheckRequest { key: key() }),
+            Request::Status,
+            Request::Gc(GcRequest {
+                network: "aws-cni".into(),
+                valid: vec![ValidAttachment {
+                    container_id: "abc".into(),
+                    ifname: "eth0".into(),
+                }],
+            }),
+        ];
+        for req in requests {
+            let frame = strip(encode_request(&req));
+            assert_eq!(decode_request(&frame).unwrap(), req);
+        }
+    }
+
+    #[test]
+    fn every_reply_round_trips() {
+        let replies = [
+            Ok(Reply::Add(AddReply {
+                allocation: allocation(),
+            })),
+            Ok(Reply::Del(DelReply { released: None })),
+            Ok(Reply::Check(CheckReply {
+                allocation: allocation(),
+            })),
+            Ok(Reply::Status(StatusReply {
+                ready: false,
+                reason: Some("starting".into()),
+                pool: PoolCounts::default(),
+            })),
+            Ok(Reply::Gc(GcReply {
+                released: vec![allocation()],
+            })),
+            Err(DaemonError::new(
+                ErrorKind::NoAddresses,
+                "subnet subnet-1 exhausted",
+            )),
+        ];
+        for reply in replies {
+            let frame = strip(encode_reply(&reply));
+            assert_eq!(decode_reply(&frame).unwrap(), reply);
+        }
+    }
+
+    #[test]
+    fn a_request_of_another_version_gets_a_mismatch_naming_both() {
+        let err = decode_request(br#"{"v":2,"req":{"op":"teleport"}}"#).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::VersionMismatch);
+        assert!(
+            err.message.contains("version 2") && err.message.contains("speaks 1"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn garbage_requests_are_bad_requests_that_say_why() {
+        for (frame, needle) in [
+            (&b"\x00\xff garbage"[..], "not a JSON object"),
+            (b"[1,2]", "invalid request"),
+            (br#"{"req":{"op":"status"}}"#, "no protocol version"),
+            (br#"{"v":1}"#, "no \"req\""),
+            (br#"{"v":1,"req":{"op":"explode"}}"#, "invalid request"),
+            (br#"{"v":1,"req":{"op":"add","key":{}}}"#, "invalid request"),
+        ] {
+            let err = decode_request(frame).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::BadRequest, "{frame:?}");
+            assert!(err.message.contains(needle), "{err} lacks {needle}");
+        }
+    }
+
+    #[test]
+    fn a_reply_of_another_version_is_a_mismatch_not_a_parse_error() {
+        let err = decode_reply(br#"{"v":9,"ok":{"op":"add","new":"shape"}}"#).unwrap_err();
+        assert!(
+            matches!(err, FrameError::VersionMismatch { peer: 9, ours: 1 }),
+            "{err}"
+        );
+        // A newer daemon that rejected us says so in its own words: keep them.
+        let reply = decode_reply(
+            br#"{"v":9,"err":{"kind":"version_mismatch","message":"plugin speaks 1, ipamd 9"}}"#,
+        )
+        .unwrap();
+        assert_eq!(reply.unwrap_err().kind, ErrorKind::VersionMismatch);
+    }
+
+    #[test]
+    fn unknown_error_kinds_from_a_newer_daemon_still_decode() {
+        let reply = decode_reply(br#"{"v":1,"err":{"kind":"quota","message":"m"}}"#).unwrap();
+        assert_eq!(reply.unwrap_err().kind, ErrorKind::Unknown);
+    }
+
+    #[test]
+    fn frames_are_split_on_newlines_and_bounded() {
+        let mut input = Cursor::new(b"one\ntwo\n".to_vec());
+        assert_eq!(read_frame(&mut input).unwrap().unwrap(), b"one");
+        assert_eq!(read_frame(&mut input).unwrap().unwrap(), b"two");
+        assert!(read_frame(&mut input).unwrap().is_none());
+
+        let mut partial = Cursor::new(b"half a fr".to_vec());
+        assert!(matches!(
+            read_frame(&mut partial),
+            Err(FrameError::Truncated(9))
+        ));
+
+        let mut huge = Cursor::new(vec![b'x'; MAX_FRAME_BYTES + 10]);
+        assert!(matches!(read_frame(&mut huge), Err(FrameError::TooLong)));
+
+        let mut exact = vec![b'x'; MAX_FRAME_BYTES];
+        exact.push(b'\n');
+        assert_eq!(
+            read_frame(&mut Cursor::new(exact)).unwrap().unwrap().len(),
+            MAX_FRAME_BYTES
+        );
+    }
+}

@@ -1,0 +1,241 @@
+use std::fmt;
+use std::net::Ipv4Addr;
+
+use serde::{Deserialize, Serialize};
+
+/// The main routing table: an address on the primary ENI needs no per-ENI table.
+pub const MAIN_TABLE: u32 = 254;
+
+/// What identifies one attachment of a container to a network, as libcni keys its cache
+/// (and as the Go CNI keys its datastore): the same key twice is the same attachment.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct AttachmentKey {
+    /// The conflist's network name.
+    pub network: String,
+    /// `CNI_CONTAINERID`.
+    pub container_id: String,
+    /// `CNI_IFNAME`.
+    pub ifname: String,
+}
+
+impl fmt::Display for AttachmentKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.network, self.container_id, self.ifname)
+    }
+}
+
+/// Pod identity from `CNI_ARGS`; any field may be empty (runtimes other than kubelet's).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PodMeta {
+    /// `K8S_POD_NAMESPACE`.
+    pub namespace: String,
+    /// `K8S_POD_NAME`.
+    pub name: String,
+    /// `K8S_POD_INFRA_CONTAINER_ID`.
+    pub infra_container_id: String,
+    /// `K8S_POD_UID`.
+    pub uid: String,
+}
+
+/// A request from the plugin.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Assign an address (idempotent per attachment key).
+    Add(AddRequest),
+    /// Release the attachment's address into cooldown.
+    Del(DelRequest),
+    /// Report the attachment's allocation.
+    Check(CheckRequest),
+    /// Is the daemon ready to serve ADDs?
+    Status,
+    /// Release every attachment of a network that is not in the valid list.
+    Gc(GcRequest),
+}
+
+/// ADD.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddRequest {
+    /// The attachment.
+    pub key: AttachmentKey,
+    /// Who it is for.
+    pub pod: PodMeta,
+    /// `CNI_NETNS`, for logs and introspection.
+    pub netns: String,
+}
+
+/// Why an address is given back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DelReason {
+    /// The runtime deleted the pod.
+    PodDeleted,
+    /// The plugin could not wire the pod and hands the address back.
+    SetupFailed,
+}
+
+/// DEL.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DelRequest {
+    /// The attachment.
+    pub key: AttachmentKey,
+    /// Who it was for.
+    pub pod: PodMeta,
+    /// Why.
+    pub reason: DelReason,
+}
+
+/// CHECK.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckRequest {
+    /// The attachment.
+    pub key: AttachmentKey,
+}
+
+/// One attachment the runtime still considers live.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ValidAttachment {
+    /// `containerID`.
+    pub container_id: String,
+    /// `ifname`.
+    pub ifname: String,
+}
+
+/// GC.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcRequest {
+    /// Only attachments of this network are considered.
+    pub network: String,
+    /// Attachments to keep.
+    pub valid: Vec<ValidAttachment>,
+}
+
+/// An address held by an attachment and where it lives.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Allocation {
+    /// The attachment.
+    pub key: AttachmentKey,
+    /// Who holds it.
+    pub pod: PodMeta,
+    /// The pod's address.
+    pub ip: Ipv4Addr,
+    /// The ENI it is a secondary address of.
+    pub eni_id: String,
+    /// The ENI's device number (0 = primary ENI).
+    pub device_number: u32,
+    /// Routing table for traffic from the pod: [`MAIN_TABLE`] on the primary ENI, else
+    /// device number + 1.
+    pub route_table: u32,
+}
+
+/// A successful reply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Reply {
+    /// To ADD.
+    Add(AddReply),
+    /// To DEL.
+    Del(DelReply),
+    /// To CHECK.
+    Check(CheckReply),
+    /// To STATUS.
+    Status(StatusReply),
+    /// To GC.
+    Gc(GcReply),
+}
+
+/// The address assigned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddReply {
+    /// The allocation (the existing one when the same attachment was added before).
+    pub allocation: Allocation,
+}
+
+/// What was released.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DelReply {
+    /// `None` when ipamd held nothing for the attachment: DEL is idempotent.
+    pub released: Option<Allocation>,
+}
+
+/// The attachment's allocation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckReply {
+    /// What ipamd holds for it.
+    pub allocation: Allocation,
+}
+
+/// Address counts of the pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolCounts {
+    /// Addresses held on the node's ENIs for pods.
+    pub total: u32,
+    /// Held by attachments.
+    pub assigned: u32,
+    /// Released less than the cooldown period ago.
+    pub cooling: u32,
+    /// Free now: neither assigned nor cooling.
+    pub available: u32,
+}
+
+/// STATUS.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusReply {
+    /// Ready to serve an ADD now or after growing the pool.
+    pub ready: bool,
+    /// Why not, when not ready.
+    pub reason: Option<String>,
+    /// Counts.
+    pub pool: PoolCounts,
+}
+
+/// GC.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcReply {
+    /// Allocations released because their attachment was not valid.
+    pub released: Vec<Allocation>,
+}
+
+/// Error classes the plugin maps to CNI codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The request's protocol version is not the daemon's.
+    VersionMismatch,
+    /// The request could not be decoded or is invalid.
+    BadRequest,
+    /// The caller is not allowed (not uid 0).
+    Forbidden,
+    /// The daemon is still starting.
+    NotReady,
+    /// No address can be assigned now; the message says why.
+    NoAddresses,
+    /// ipamd holds nothing for this attachment.
+    UnknownAttachment,
+    /// Anything else (persistence failed, ...).
+    Internal,
+    /// A kind this build does not know (sent by a newer daemon).
+    #[serde(other)]
+    Unknown,
+}
+
+/// An error reply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct DaemonError {
+    /// Class.
+    pub kind: ErrorKind,
+    /// Human-readable reason, meant to reach the operator through the CNI error.
+    pub message: String,
+}
+
+impl DaemonError {
+    /// Builds an error reply.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+}
