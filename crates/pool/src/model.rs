@@ -1,0 +1,139 @@
+use std::fmt;
+use std::net::Ipv4Addr;
+
+use ipnetwork::Ipv4Network;
+use serde::{Deserialize, Serialize};
+
+use crate::time::Timestamp;
+
+/// The main routing table (used for addresses on the primary ENI).
+pub const MAIN_TABLE: u32 = 254;
+
+/// One attachment of a container to a network: libcni's cache key, and the Go CNI's IPAM key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct AttachmentKey {
+    /// Network name from the conflist.
+    pub network: String,
+    /// `CNI_CONTAINERID`.
+    pub container_id: String,
+    /// `CNI_IFNAME`.
+    pub ifname: String,
+}
+
+impl fmt::Display for AttachmentKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.network, self.container_id, self.ifname)
+    }
+}
+
+/// Who an address is for (from `CNI_ARGS`; may be empty outside Kubernetes).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PodInfo {
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// Sandbox container id.
+    pub infra_container_id: String,
+    /// Pod UID.
+    pub uid: String,
+    /// `CNI_NETNS` at ADD.
+    pub netns: String,
+}
+
+/// An ENI the node holds addresses on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EniInfo {
+    /// `eni-...`.
+    pub id: String,
+    /// Attachment device index; 0 is the primary ENI.
+    pub device_number: u32,
+    /// MAC address, lower case, colon separated.
+    pub mac: String,
+    /// The ENI's own primary address (never given to a pod).
+    pub primary_ip: Ipv4Addr,
+    /// Its subnet.
+    pub subnet_id: String,
+    /// Its subnet's CIDR.
+    pub subnet_cidr: Ipv4Network,
+    /// When the node first saw it (ENIs younger than a minute are never freed).
+    pub created_at: Timestamp,
+}
+
+impl EniInfo {
+    /// True for the primary ENI.
+    pub fn is_primary(&self) -> bool {
+        self.device_number == 0
+    }
+
+    /// Routing table for traffic from pods on this ENI: main for the primary ENI, device + 1
+    /// otherwise (the Go CNI's numbering for network card 0).
+    pub fn route_table(&self) -> u32 {
+        if self.is_primary() {
+            MAIN_TABLE
+        } else {
+            self.device_number + 1
+        }
+    }
+}
+
+/// One secondary address held on an ENI, and its state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddrSlot {
+    /// Free or assigned.
+    pub state: SlotState,
+    /// When it was last released (`None` = never held). Free addresses are handed out least
+    /// recently released first, so an address is reused as late as possible.
+    pub released_at: Option<Timestamp>,
+}
+
+/// Whether an address is held.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SlotState {
+    /// Not held. Until `cooling_until` it must not be handed out: other nodes' kube-proxy and
+    /// conntrack may still send the previous pod's traffic to it.
+    Free {
+        /// End of the cooldown, if one applies.
+        cooling_until: Option<Timestamp>,
+    },
+    /// Held by an attachment.
+    Assigned {
+        /// The attachment.
+        key: AttachmentKey,
+        /// For whom.
+        pod: PodInfo,
+        /// Since when.
+        assigned_at: Timestamp,
+    },
+}
+
+impl AddrSlot {
+    pub(crate) fn fresh() -> Self {
+        AddrSlot {
+            state: SlotState::Free {
+                cooling_until: None,
+            },
+            released_at: None,
+        }
+    }
+
+    /// Free and out of cooldown at `now`.
+    pub fn is_available(&self, now: Timestamp) -> bool {
+        matches!(self.state, SlotState::Free { cooling_until } if cooling_until.is_none_or(|t| t <= now))
+    }
+
+    /// Free but still cooling at `now`.
+    pub fn is_cooling(&self, now: Timestamp) -> bool {
+        matches!(self.state, SlotState::Free { cooling_until: Some(t) } if t > now)
+    }
+
+    /// The holder, if assigned.
+    pub fn holder(&self) -> Option<&AttachmentKey> {
+        match &self.state {
+            SlotState::Assigned { key, .. } => Some(key),
+            SlotState::Free { .. } => None,
+        }
+    }
+}
