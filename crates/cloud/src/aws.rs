@@ -1,0 +1,293 @@
+//! The cloud seams on aws-sdk-ec2 and aws-config's IMDS client.
+//!
+//! Endpoints follow the SDK's conventions so the same binary talks to AWS or to vpc-sim:
+//! `AWS_EC2_METADATA_SERVICE_ENDPOINT` moves IMDS (read by aws-config itself) and
+//! `AWS_EC2_ENDPOINT` (the Go CNI's variable) moves EC2. The region comes from IMDS and the
+//! credentials from the SDK's default chain (environment, web identity, IMDS role, ...).
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use aws_config::BehaviorVersion;
+use aws_config::imds::client::error::ImdsError;
+use aws_config::timeout::TimeoutConfig;
+use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_ec2::types::{InstanceType, InstanceTypeHypervisor};
+
+/// The SDK itself, for callers that need to build their own client (tests against moto).
+pub use aws_sdk_ec2 as sdk;
+
+use crate::{Attachment, CloudError, CloudErrorKind, Ec2, Imds, InstanceLimits, NetworkInterface};
+
+/// IMDS through aws-config (IMDSv2, token cached and refreshed by the client).
+#[derive(Clone, Debug)]
+pub struct AwsImds {
+    client: aws_config::imds::Client,
+}
+
+impl AwsImds {
+    /// A client for the default endpoint or `AWS_EC2_METADATA_SERVICE_ENDPOINT`.
+    pub fn new() -> Self {
+        Self {
+            client: aws_config::imds::Client::builder().build(),
+        }
+    }
+}
+
+impl Default for AwsImds {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Imds for AwsImds {
+    async fn get(&self, path: &str) -> Result<Option<String>, CloudError> {
+        match self.client.get(format!("/latest/{path}")).await {
+            Ok(value) => Ok(Some(value.as_ref().to_string())),
+            Err(ImdsError::ErrorResponse(resp)) if resp.response().status().as_u16() == 404 => {
+                Ok(None)
+            }
+            Err(e) => Err(CloudError::new(
+                format!("IMDS {path}"),
+                CloudErrorKind::Unavailable,
+                DisplayErrorContext(&e).to_string(),
+            )),
+        }
+    }
+}
+
+/// Settings of the EC2 client.
+#[derive(Clone, Debug)]
+pub struct Ec2Settings {
+    /// The node's region.
+    pub region: String,
+    /// Overrides the EC2 endpoint (`AWS_EC2_ENDPOINT`).
+    pub endpoint: Option<String>,
+    /// Per-attempt timeout (`HTTP_TIMEOUT`).
+    pub attempt_timeout: Duration,
+}
+
+/// EC2 through aws-sdk-ec2.
+#[derive(Clone, Debug)]
+pub struct AwsEc2 {
+    client: aws_sdk_ec2::Client,
+}
+
+impl AwsEc2 {
+    /// Builds the client from the SDK's default configuration chain and `settings`.
+    pub async fn connect(settings: &Ec2Settings) -> Self {
+        let timeouts = TimeoutConfig::builder()
+            .operation_attempt_timeout(settings.attempt_timeout)
+            .build();
+        let shared = aws_config::defaults(BehaviorVersion::latest())
+            .region(aws_config::Region::new(settings.region.clone()))
+            .timeout_config(timeouts)
+            .load()
+            .await;
+        let mut conf = aws_sdk_ec2::config::Builder::from(&shared);
+        if let Some(endpoint) = &settings.endpoint {
+            conf = conf.endpoint_url(endpoint);
+        }
+        Self::from_client(aws_sdk_ec2::Client::from_conf(conf.build()))
+    }
+
+    /// Wraps a client built elsewhere (tests against moto build their own).
+    pub fn from_client(client: aws_sdk_ec2::Client) -> Self {
+        Self { client }
+    }
+}
+
+fn sdk_error<E>(api: &str, err: SdkError<E>) -> CloudError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match (&err, err.code()) {
+        (SdkError::ServiceError(_), Some(code)) => {
+            CloudError::from_code(api, code, err.message().unwrap_or_default())
+        }
+        (
+            SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_),
+            _,
+        ) => CloudError::new(
+            api,
+            CloudErrorKind::Unavailable,
+            DisplayErrorContext(&err).to_string(),
+        ),
+        _ => CloudError::new(
+            api,
+            CloudErrorKind::Other,
+            DisplayErrorContext(&err).to_string(),
+        ),
+    }
+}
+
+fn ipv4(api: &str, what: &str, s: &str) -> Result<Ipv4Addr, CloudError> {
+    s.parse().map_err(|_| {
+        CloudError::new(
+            api,
+            CloudErrorKind::Other,
+            format!("EC2 returned {what} {s:?}, not an IPv4 address"),
+        )
+    })
+}
+
+fn to_network_interface(
+    api: &str,
+    eni: &aws_sdk_ec2::types::NetworkInterface,
+) -> Result<NetworkInterface, CloudError> {
+    let primary_ip = eni
+        .private_ip_address()
+        .map(|s| ipv4(api, "primary address", s))
+        .transpose()?;
+    let mut secondary_ips = Vec::new();
+    for a in eni.private_ip_addresses() {
+        if a.primary() == Some(true) {
+            continue;
+        }
+        if let Some(ip) = a.private_ip_address() {
+            secondary_ips.push(ipv4(api, "secondary address", ip)?);
+        }
+    }
+    let mut prefixes = Vec::new();
+    for p in eni.ipv4_prefixes() {
+        if let Some(prefix) = p.ipv4_prefix() {
+            prefixes.push(prefix.parse().map_err(|_| {
+                CloudError::new(
+                    api,
+                    CloudErrorKind::Other,
+                    format!("EC2 returned prefix {prefix:?}"),
+                )
+            })?);
+        }
+    }
+    Ok(NetworkInterface {
+        id: eni.network_interface_id().unwrap_or_default().to_string(),
+        mac: eni.mac_address().unwrap_or_default().to_ascii_lowercase(),
+        subnet_id: eni.subnet_id().unwrap_or_default().to_string(),
+        vpc_id: eni.vpc_id().unwrap_or_default().to_string(),
+        description: eni.description().unwrap_or_default().to_string(),
+        status: eni
+            .status()
+            .map(|s| s.as_str().to_string())
+            .unwrap_or_default(),
+        primary_ip,
+        secondary_ips,
+        prefixes,
+        attachment: eni.attachment().map(|a| Attachment {
+            id: a.attachment_id().unwrap_or_default().to_string(),
+            instance_id: a.instance_id().unwrap_or_default().to_string(),
+            device_index: a.device_index().unwrap_or_default().max(0) as u32,
+            network_card_index: a.network_card_index().unwrap_or_default().max(0) as u32,
+            delete_on_termination: a.delete_on_termination().unwrap_or_default(),
+        }),
+        tags: eni
+            .tag_set()
+            .iter()
+            .filter_map(|t| {
+                Some((
+                    t.key()?.to_string(),
+                    t.value().unwrap_or_default().to_string(),
+                ))
+            })
+            .collect(),
+    })
+}
+
+impl Ec2 for AwsEc2 {
+    async fn describe_instance_type(
+        &self,
+        instance_type: &str,
+    ) -> Result<InstanceLimits, CloudError> {
+        let api = "DescribeInstanceTypes";
+        let out = self
+            .client
+            .describe_instance_types()
+            .instance_types(InstanceType::from(instance_type))
+            .send()
+            .await
+            .map_err(|e| sdk_error(api, e))?;
+        let missing = |what: &str| {
+            CloudError::new(
+                api,
+                CloudErrorKind::NotFound,
+                format!("no {what} for instance type {instance_type}"),
+            )
+        };
+        let info = out
+            .instance_types()
+            .iter()
+            .find(|t| t.instance_type().map(|t| t.as_str()) == Some(instance_type))
+            .ok_or_else(|| missing("answer"))?;
+        let net = info.network_info().ok_or_else(|| missing("network info"))?;
+        let default_card = net.default_network_card_index().unwrap_or(0);
+        // Multi-card types: ipamd manages the default card, so its ENI count is the limit.
+        let max_enis = net
+            .network_cards()
+            .iter()
+            .find(|c| c.network_card_index() == Some(default_card))
+            .and_then(|c| c.maximum_network_interfaces())
+            .or(net.maximum_network_interfaces())
+            .ok_or_else(|| missing("ENI limit"))?;
+        let ipv4_per_eni = net
+            .ipv4_addresses_per_interface()
+            .ok_or_else(|| missing("address limit"))?;
+        Ok(InstanceLimits {
+            max_enis: max_enis.max(0) as u32,
+            ipv4_per_eni: ipv4_per_eni.max(0) as u32,
+            nitro: info.hypervisor() == Some(&InstanceTypeHypervisor::Nitro),
+            bare_metal: info.bare_metal().unwrap_or(false),
+            network_cards: net.maximum_network_cards().unwrap_or(1).max(1) as u32,
+        })
+    }
+
+    async fn describe_network_interfaces(
+        &self,
+        ids: &[String],
+    ) -> Result<Vec<NetworkInterface>, CloudError> {
+        let api = "DescribeNetworkInterfaces";
+        let out = self
+            .client
+            .describe_network_interfaces()
+            .set_network_interface_ids(Some(ids.to_vec()))
+            .send()
+            .await
+            .map_err(|e| sdk_error(api, e))?;
+        out.network_interfaces()
+            .iter()
+            .map(|e| to_network_interface(api, e))
+            .collect()
+    }
+
+    async fn assign_private_ips(
+        &self,
+        eni_id: &str,
+        count: u32,
+    ) -> Result<Vec<Ipv4Addr>, CloudError> {
+        let api = "AssignPrivateIpAddresses";
+        let out = self
+            .client
+            .assign_private_ip_addresses()
+            .network_interface_id(eni_id)
+            .secondary_private_ip_address_count(count.min(i32::MAX as u32) as i32)
+            .send()
+            .await
+            .map_err(|e| sdk_error(api, e))?;
+        out.assigned_private_ip_addresses()
+            .iter()
+            .filter_map(|a| a.private_ip_address())
+            .map(|s| ipv4(api, "assigned address", s))
+            .collect()
+    }
+
+    async fn unassign_private_ips(&self, eni_id: &str, ips: &[Ipv4Addr]) -> Result<(), CloudError> {
+        let api = "UnassignPrivateIpAddresses";
+        self.client
+            .unassign_private_ip_addresses()
+            .network_interface_id(eni_id)
+            .set_private_ip_addresses(Some(ips.iter().map(Ipv4Addr::to_string).collect()))
+            .send()
+            .await
+            .map_err(|e| sdk_error(api, e))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,129 @@
+use thiserror::Error;
+
+/// What kind of failure a cloud call met; decides retry, backoff and what the operator is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloudErrorKind {
+    /// EC2 throttled the call (RequestLimitExceeded, Throttling...). Retry with backoff.
+    Throttled,
+    /// The resource does not exist.
+    NotFound,
+    /// The subnet has no free address or /28 block left.
+    SubnetFull,
+    /// An instance or ENI limit was hit (ENIs per instance, addresses per ENI).
+    LimitExceeded,
+    /// The IAM role lacks a permission.
+    Unauthorized,
+    /// The request was invalid (a bug, or an instance type EC2 does not know).
+    Invalid,
+    /// The service could not be reached, timed out, or failed on its side (5xx).
+    Unavailable,
+    /// Anything else.
+    Other,
+}
+
+/// A failed EC2 or IMDS call.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[error("{api}: {}{message}", code.as_deref().map(|c| format!("{c}: ")).unwrap_or_default())]
+pub struct CloudError {
+    /// The API or IMDS path called.
+    pub api: String,
+    /// Classification.
+    pub kind: CloudErrorKind,
+    /// The AWS error code, when the service sent one.
+    pub code: Option<String>,
+    /// The service's (or transport's) message.
+    pub message: String,
+}
+
+impl CloudError {
+    /// An error from an AWS error code and message.
+    pub fn from_code(api: impl Into<String>, code: &str, message: impl Into<String>) -> Self {
+        CloudError {
+            api: api.into(),
+            kind: classify_code(code),
+            code: Some(code.to_string()),
+            message: message.into(),
+        }
+    }
+
+    /// An error without an AWS code.
+    pub fn new(api: impl Into<String>, kind: CloudErrorKind, message: impl Into<String>) -> Self {
+        CloudError {
+            api: api.into(),
+            kind,
+            code: None,
+            message: message.into(),
+        }
+    }
+}
+
+/// Classifies an AWS error code.
+pub fn classify_code(code: &str) -> CloudErrorKind {
+    use CloudErrorKind::*;
+    match code {
+        "RequestLimitExceeded"
+        | "Throttling"
+        | "ThrottlingException"
+        | "TooManyRequestsException"
+        | "RequestThrottled"
+        | "EC2ThrottledException"
+        | "SlowDown" => Throttled,
+        "InsufficientFreeAddressesInSubnet" | "InsufficientCidrBlocks" => SubnetFull,
+        "PrivateIpAddressLimitExceeded"
+        | "AttachmentLimitExceeded"
+        | "NetworkInterfaceLimitExceeded" => LimitExceeded,
+        "UnauthorizedOperation" | "AuthFailure" | "Blocked" | "OptInRequired" => Unauthorized,
+        "InternalError" | "InternalFailure" | "ServiceUnavailable" | "Unavailable" => Unavailable,
+        "InvalidInstanceType"
+        | "InvalidParameterValue"
+        | "InvalidParameterCombination"
+        | "MissingParameter"
+        | "InvalidAction" => Invalid,
+        c if c.ends_with(".NotFound") => NotFound,
+        c if c.ends_with(".Malformed") => Invalid,
+        _ => Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aws_codes_are_classified() {
+        use CloudErrorKind::*;
+        for (code, kind) in [
+            ("RequestLimitExceeded", Throttled),
+            ("InsufficientFreeAddressesInSubnet", SubnetFull),
+            ("InsufficientCidrBlocks", SubnetFull),
+            ("PrivateIpAddressLimitExceeded", LimitExceeded),
+            ("AttachmentLimitExceeded", LimitExceeded),
+            ("InvalidNetworkInterfaceID.NotFound", NotFound),
+            ("InvalidNetworkInterfaceID.Malformed", Invalid),
+            ("UnauthorizedOperation", Unauthorized),
+            ("InternalError", Unavailable),
+            ("SomethingNew", Other),
+        ] {
+            assert_eq!(classify_code(code), kind, "{code}");
+        }
+    }
+
+    #[test]
+    fn messages_name_the_api_and_code() {
+        let e = CloudError::from_code(
+            "AssignPrivateIpAddresses",
+            "InsufficientFreeAddressesInSubnet",
+            "subnet-1 is full",
+        );
+        assert_eq!(
+            e.to_string(),
+            "AssignPrivateIpAddresses: InsufficientFreeAddressesInSubnet: subnet-1 is full"
+        );
+        let e = CloudError::new(
+            "IMDS meta-data/mac",
+            CloudErrorKind::Unavailable,
+            "connection refused",
+        );
+        assert_eq!(e.to_string(), "IMDS meta-data/mac: connection refused");
+    }
+}

@@ -1,0 +1,237 @@
+//! In-memory stand-ins for the cloud seams, for daemon tests that need no network.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::Ipv4Addr;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use ipnetwork::Ipv4Network;
+
+use crate::{CloudError, CloudErrorKind, Ec2, Imds, InstanceLimits, NetworkInterface};
+
+/// IMDS as a map of paths to values.
+#[derive(Debug, Default)]
+pub struct FakeImds {
+    values: Mutex<HashMap<String, String>>,
+}
+
+impl FakeImds {
+    /// Builds from `(path, value)` pairs.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        let values = pairs
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Self {
+            values: Mutex::new(values),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, String>> {
+        self.values.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sets one path.
+    pub fn set(&mut self, path: &str, value: &str) {
+        self.lock().insert(path.to_string(), value.to_string());
+    }
+
+    /// Removes one path.
+    pub fn remove(&mut self, path: &str) {
+        self.lock().remove(path);
+    }
+}
+
+impl Imds for FakeImds {
+    async fn get(&self, path: &str) -> Result<Option<String>, CloudError> {
+        Ok(self.lock().get(path).cloned())
+    }
+}
+
+#[derive(Debug, Default)]
+struct Ec2State {
+    limits: HashMap<String, InstanceLimits>,
+    enis: BTreeMap<String, NetworkInterface>,
+    /// Free addresses per subnet, handed out lowest first.
+    free: HashMap<String, Vec<Ipv4Addr>>,
+    /// Errors returned by the next calls of an API, in order.
+    failures: HashMap<&'static str, Vec<CloudError>>,
+    calls: Vec<String>,
+    /// IPv4 addresses per ENI, the ENI's primary included (0 = no limit).
+    ipv4_per_eni: u32,
+}
+
+/// EC2 in memory: ENIs with secondary addresses taken from their subnet's free list, per-ENI
+/// limits from the instance type, and scripted failures.
+#[derive(Debug, Default)]
+pub struct FakeEc2 {
+    state: Mutex<Ec2State>,
+}
+
+impl FakeEc2 {
+    fn lock(&self) -> MutexGuard<'_, Ec2State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Limits every ENI to `n` IPv4 addresses, its primary included, as the instance type does.
+    pub fn set_ipv4_per_eni(&self, n: u32) {
+        self.lock().ipv4_per_eni = n;
+    }
+
+    /// Makes DescribeInstanceTypes know a type.
+    pub fn add_instance_type(&self, name: &str, limits: InstanceLimits) {
+        self.lock().limits.insert(name.to_string(), limits);
+    }
+
+    /// Adds an ENI; its subnet's free addresses are the CIDR's hosts minus AWS's reserved ones
+    /// and the addresses the ENI already holds.
+    pub fn add_eni(&self, eni: NetworkInterface, subnet_cidr: Ipv4Network) {
+        let mut s = self.lock();
+        let taken: Vec<Ipv4Addr> = s
+            .enis
+            .values()
+            .flat_map(|e| {
+                e.primary_ip
+                    .into_iter()
+                    .chain(e.secondary_ips.iter().copied())
+            })
+            .chain(eni.primary_ip)
+            .chain(eni.secondary_ips.iter().copied())
+            .collect();
+        let size = subnet_cidr.size();
+        let free = s.free.entry(eni.subnet_id.clone()).or_insert_with(|| {
+            subnet_cidr
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i >= 4 && (*i as u64) + 1 < u64::from(size))
+                .map(|(_, ip)| ip)
+                .collect()
+        });
+        free.retain(|ip| !taken.contains(ip));
+        s.enis.insert(eni.id.clone(), eni);
+    }
+
+    /// Makes the next call(s) of `api` fail with these errors, one per call.
+    pub fn fail_next(&self, api: &'static str, errors: Vec<CloudError>) {
+        self.lock().failures.entry(api).or_default().extend(errors);
+    }
+
+    /// Every call made, as `Api(arg)` strings, in order.
+    pub fn calls(&self) -> Vec<String> {
+        self.lock().calls.clone()
+    }
+
+    /// The ENI as EC2 holds it now.
+    pub fn eni(&self, id: &str) -> Option<NetworkInterface> {
+        self.lock().enis.get(id).cloned()
+    }
+
+    fn begin(
+        &self,
+        api: &'static str,
+        arg: String,
+    ) -> Result<MutexGuard<'_, Ec2State>, CloudError> {
+        let mut s = self.lock();
+        s.calls.push(format!("{api}({arg})"));
+        if let Some(queue) = s.failures.get_mut(api).filter(|q| !q.is_empty()) {
+            return Err(queue.remove(0));
+        }
+        Ok(s)
+    }
+}
+
+fn not_found(api: &str, id: &str) -> CloudError {
+    CloudError::from_code(
+        api,
+        "InvalidNetworkInterfaceID.NotFound",
+        format!("The networkInterface ID '{id}' does not exist"),
+    )
+}
+
+impl Ec2 for FakeEc2 {
+    async fn describe_instance_type(
+        &self,
+        instance_type: &str,
+    ) -> Result<InstanceLimits, CloudError> {
+        let s = self.begin("DescribeInstanceTypes", instance_type.to_string())?;
+        s.limits.get(instance_type).copied().ok_or_else(|| {
+            CloudError::from_code(
+                "DescribeInstanceTypes",
+                "InvalidInstanceType",
+                format!("The following supplied instance types do not exist: [{instance_type}]"),
+            )
+        })
+    }
+
+    async fn describe_network_interfaces(
+        &self,
+        ids: &[String],
+    ) -> Result<Vec<NetworkInterface>, CloudError> {
+        let s = self.begin("DescribeNetworkInterfaces", ids.join(","))?;
+        ids.iter()
+            .map(|id| {
+                s.enis
+                    .get(id)
+                    .cloned()
+                    .ok_or_else(|| not_found("DescribeNetworkInterfaces", id))
+            })
+            .collect()
+    }
+
+    async fn assign_private_ips(
+        &self,
+        eni_id: &str,
+        count: u32,
+    ) -> Result<Vec<Ipv4Addr>, CloudError> {
+        let api = "AssignPrivateIpAddresses";
+        let mut s = self.begin(api, format!("{eni_id},{count}"))?;
+        let eni = s
+            .enis
+            .get(eni_id)
+            .cloned()
+            .ok_or_else(|| not_found(api, eni_id))?;
+        let per_eni = s.ipv4_per_eni;
+        if per_eni > 0 && eni.secondary_ips.len() as u32 + 1 + count > per_eni {
+            return Err(CloudError::from_code(
+                api,
+                "PrivateIpAddressLimitExceeded",
+                format!("Number of private addresses will exceed limit of {per_eni}"),
+            ));
+        }
+        let free = s.free.entry(eni.subnet_id.clone()).or_default();
+        if free.len() < count as usize {
+            return Err(CloudError::from_code(
+                api,
+                "InsufficientFreeAddressesInSubnet",
+                format!(
+                    "The specified subnet {} does not have enough free addresses",
+                    eni.subnet_id
+                ),
+            ));
+        }
+        let new: Vec<Ipv4Addr> = free.drain(..count as usize).collect();
+        if let Some(e) = s.enis.get_mut(eni_id) {
+            e.secondary_ips.extend(&new);
+        }
+        Ok(new)
+    }
+
+    async fn unassign_private_ips(&self, eni_id: &str, ips: &[Ipv4Addr]) -> Result<(), CloudError> {
+        let api = "UnassignPrivateIpAddresses";
+        let mut s = self.begin(api, eni_id.to_string())?;
+        let eni = s
+            .enis
+            .get_mut(eni_id)
+            .ok_or_else(|| not_found(api, eni_id))?;
+        if let Some(ip) = ips.iter().find(|ip| !eni.secondary_ips.contains(ip)) {
+            return Err(CloudError::new(
+                api,
+                CloudErrorKind::Invalid,
+                format!("address {ip} is not assigned to {eni_id}"),
+            ));
+        }
+        eni.secondary_ips.retain(|ip| !ips.contains(ip));
+        let subnet = eni.subnet_id.clone();
+        s.free.entry(subnet).or_default().extend(ips);
+        Ok(())
+    }
+}

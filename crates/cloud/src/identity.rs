@@ -1,0 +1,215 @@
+use std::net::Ipv4Addr;
+use std::str::FromStr;
+
+use ipnetwork::Ipv4Network;
+
+use crate::{CloudError, CloudErrorKind, Imds};
+
+/// Who this node is, from IMDS.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeIdentity {
+    /// `i-...`.
+    pub instance_id: String,
+    /// e.g. `t3.medium`.
+    pub instance_type: String,
+    /// Region.
+    pub region: String,
+    /// Availability zone.
+    pub availability_zone: String,
+    /// The primary ENI's primary address.
+    pub primary_ip: Ipv4Addr,
+    /// The VPC.
+    pub vpc_id: String,
+    /// The VPC's IPv4 CIDRs.
+    pub vpc_cidrs: Vec<Ipv4Network>,
+    /// The primary ENI.
+    pub primary_eni: EniMetadata,
+}
+
+/// One attached ENI as IMDS shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EniMetadata {
+    /// MAC, lower case.
+    pub mac: String,
+    /// `eni-...`.
+    pub eni_id: String,
+    /// Device number (0 = primary).
+    pub device_number: u32,
+    /// Subnet.
+    pub subnet_id: String,
+    /// Subnet CIDR.
+    pub subnet_cidr: Ipv4Network,
+    /// IPv4 addresses, the ENI's primary first.
+    pub local_ipv4s: Vec<Ipv4Addr>,
+}
+
+impl EniMetadata {
+    /// The ENI's primary address (IMDS lists it first).
+    pub fn primary_ip(&self) -> Option<Ipv4Addr> {
+        self.local_ipv4s.first().copied()
+    }
+
+    /// Its secondary addresses.
+    pub fn secondary_ips(&self) -> &[Ipv4Addr] {
+        self.local_ipv4s.get(1..).unwrap_or(&[])
+    }
+}
+
+async fn required<I: Imds>(imds: &I, path: &str) -> Result<String, CloudError> {
+    match imds.get(path).await? {
+        Some(v) if !v.trim().is_empty() => Ok(v.trim().to_string()),
+        _ => Err(CloudError::new(
+            format!("IMDS {path}"),
+            CloudErrorKind::NotFound,
+            "missing from instance metadata",
+        )),
+    }
+}
+
+fn parse<T: FromStr>(path: &str, value: &str) -> Result<T, CloudError> {
+    value.trim().parse().map_err(|_| {
+        CloudError::new(
+            format!("IMDS {path}"),
+            CloudErrorKind::Invalid,
+            format!("unexpected value {value:?}"),
+        )
+    })
+}
+
+fn lines<T: FromStr>(path: &str, value: &str) -> Result<Vec<T>, CloudError> {
+    value
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|l| parse(path, l))
+        .collect()
+}
+
+/// Reads what ipamd needs to know about the node before anything else.
+pub async fn node_identity<I: Imds>(imds: &I) -> Result<NodeIdentity, CloudError> {
+    let instance_id = required(imds, "meta-data/instance-id").await?;
+    let instance_type = required(imds, "meta-data/instance-type").await?;
+    let availability_zone = required(imds, "meta-data/placement/availability-zone").await?;
+    // placement/region is newer than the AZ path; derive it from the AZ where it is missing.
+    let region = match imds.get("meta-data/placement/region").await? {
+        Some(r) if !r.trim().is_empty() => r.trim().to_string(),
+        _ => availability_zone
+            .trim_end_matches(|c: char| c.is_ascii_lowercase())
+            .to_string(),
+    };
+    let primary_ip = parse(
+        "meta-data/local-ipv4",
+        &required(imds, "meta-data/local-ipv4").await?,
+    )?;
+    let mac = required(imds, "meta-data/mac").await?.to_ascii_lowercase();
+    let primary_eni = eni_metadata(imds, &mac).await?;
+    let base = format!("meta-data/network/interfaces/macs/{mac}");
+    let vpc_id = required(imds, &format!("{base}/vpc-id")).await?;
+    let cidrs_path = format!("{base}/vpc-ipv4-cidr-blocks");
+    let vpc_cidrs = match imds.get(&cidrs_path).await? {
+        Some(v) => lines(&cidrs_path, &v)?,
+        None => {
+            let path = format!("{base}/vpc-ipv4-cidr-block");
+            vec![parse(&path, &required(imds, &path).await?)?]
+        }
+    };
+    Ok(NodeIdentity {
+        instance_id,
+        instance_type,
+        region,
+        availability_zone,
+        primary_ip,
+        vpc_id,
+        vpc_cidrs,
+        primary_eni,
+    })
+}
+
+/// Reads one attached ENI by MAC.
+pub async fn eni_metadata<I: Imds>(imds: &I, mac: &str) -> Result<EniMetadata, CloudError> {
+    let base = format!("meta-data/network/interfaces/macs/{mac}");
+    let eni_id = required(imds, &format!("{base}/interface-id")).await?;
+    let device_path = format!("{base}/device-number");
+    let device_number = parse(&device_path, &required(imds, &device_path).await?)?;
+    let subnet_id = required(imds, &format!("{base}/subnet-id")).await?;
+    let cidr_path = format!("{base}/subnet-ipv4-cidr-block");
+    let subnet_cidr = parse(&cidr_path, &required(imds, &cidr_path).await?)?;
+    let ips_path = format!("{base}/local-ipv4s");
+    let local_ipv4s = lines(&ips_path, &required(imds, &ips_path).await?)?;
+    Ok(EniMetadata {
+        mac: mac.to_string(),
+        eni_id,
+        device_number,
+        subnet_id,
+        subnet_cidr,
+        local_ipv4s,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::FakeImds;
+
+    const MAC: &str = "02:aa:bb:cc:dd:ee";
+
+    fn imds() -> FakeImds {
+        let m = format!("meta-data/network/interfaces/macs/{MAC}");
+        FakeImds::from_pairs([
+            ("meta-data/instance-id", "i-0123456789abcdef0"),
+            ("meta-data/instance-type", "t3.medium"),
+            ("meta-data/placement/availability-zone", "us-west-2a"),
+            ("meta-data/local-ipv4", "10.0.0.10"),
+            ("meta-data/mac", "02:AA:BB:CC:DD:EE"),
+            (&format!("{m}/interface-id"), "eni-0abc"),
+            (&format!("{m}/device-number"), "0"),
+            (&format!("{m}/subnet-id"), "subnet-1"),
+            (&format!("{m}/subnet-ipv4-cidr-block"), "10.0.0.0/24"),
+            (
+                &format!("{m}/local-ipv4s"),
+                "10.0.0.10\n10.0.0.11\n10.0.0.12\n",
+            ),
+            (&format!("{m}/vpc-id"), "vpc-1"),
+            (
+                &format!("{m}/vpc-ipv4-cidr-blocks"),
+                "10.0.0.0/16\n100.64.0.0/16",
+            ),
+        ])
+    }
+
+    #[tokio::test]
+    async fn identity_is_read_from_imds() {
+        let id = node_identity(&imds()).await.unwrap();
+        assert_eq!(id.instance_type, "t3.medium");
+        assert_eq!(
+            id.region, "us-west-2",
+            "derived from the AZ when placement/region is absent"
+        );
+        assert_eq!(id.primary_eni.mac, MAC);
+        assert_eq!(
+            id.primary_eni.primary_ip(),
+            Some("10.0.0.10".parse().unwrap())
+        );
+        assert_eq!(id.primary_eni.secondary_ips().len(), 2);
+        assert_eq!(id.vpc_cidrs.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_missing_or_bad_path_is_named() {
+        let mut bad = imds();
+        bad.remove("meta-data/instance-type");
+        let e = node_identity(&bad).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "IMDS meta-data/instance-type: missing from instance metadata"
+        );
+
+        let mut bad = imds();
+        bad.set("meta-data/local-ipv4", "ten");
+        let e = node_identity(&bad).await.unwrap_err();
+        assert!(
+            e.to_string().contains("meta-data/local-ipv4") && e.to_string().contains("\"ten\""),
+            "{e}"
+        );
+    }
+}

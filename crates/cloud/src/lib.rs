@@ -1,0 +1,93 @@
+//! The cloud seam: what ipamd needs from EC2 and IMDS, as traits, plus the instance limits table.
+//!
+//! ipamd is generic over [`Ec2`] and [`Imds`]; production passes the `aws` implementation (real
+//! aws-sdk-ec2 and aws-config IMDS clients, which also drive vpc-sim), tests pass the fakes in
+//! [`fake`].
+
+#[cfg(feature = "aws")]
+pub mod aws;
+mod error;
+pub mod fake;
+mod identity;
+pub mod limits;
+mod types;
+
+use std::future::Future;
+use std::net::Ipv4Addr;
+
+pub use error::{CloudError, CloudErrorKind, classify_code};
+pub use identity::{EniMetadata, NodeIdentity, eni_metadata, node_identity};
+pub use limits::{InstanceLimits, InstanceTable};
+pub use types::{Attachment, NetworkInterface};
+
+/// The EC2 calls ipamd makes. Each call is one API request (the implementation may retry
+/// transient failures); errors carry the AWS error code.
+pub trait Ec2: Send + Sync + 'static {
+    /// Limits of an instance type (DescribeInstanceTypes), for types the embedded table lacks.
+    fn describe_instance_type(
+        &self,
+        instance_type: &str,
+    ) -> impl Future<Output = Result<InstanceLimits, CloudError>> + Send;
+
+    /// The given ENIs (DescribeNetworkInterfaces). An unknown id fails the call with
+    /// [`CloudErrorKind::NotFound`], as EC2 does.
+    fn describe_network_interfaces(
+        &self,
+        ids: &[String],
+    ) -> impl Future<Output = Result<Vec<NetworkInterface>, CloudError>> + Send;
+
+    /// Assigns `count` new secondary addresses to an ENI (AssignPrivateIpAddresses) and returns
+    /// the new ones.
+    fn assign_private_ips(
+        &self,
+        eni_id: &str,
+        count: u32,
+    ) -> impl Future<Output = Result<Vec<Ipv4Addr>, CloudError>> + Send;
+
+    /// Returns secondary addresses to the subnet (UnassignPrivateIpAddresses).
+    fn unassign_private_ips(
+        &self,
+        eni_id: &str,
+        ips: &[Ipv4Addr],
+    ) -> impl Future<Output = Result<(), CloudError>> + Send;
+}
+
+/// Instance metadata (IMDSv2).
+pub trait Imds: Send + Sync + 'static {
+    /// The value at `path` under `/latest/` (e.g. `meta-data/instance-id`); `Ok(None)` when the
+    /// path does not exist (404).
+    fn get(&self, path: &str) -> impl Future<Output = Result<Option<String>, CloudError>> + Send;
+}
+
+/// A shared EC2 client is an EC2 client (tests keep a handle on the fake the daemon uses).
+impl<T: Ec2> Ec2 for std::sync::Arc<T> {
+    fn describe_instance_type(
+        &self,
+        instance_type: &str,
+    ) -> impl Future<Output = Result<InstanceLimits, CloudError>> + Send {
+        (**self).describe_instance_type(instance_type)
+    }
+
+    fn describe_network_interfaces(
+        &self,
+        ids: &[String],
+    ) -> impl Future<Output = Result<Vec<NetworkInterface>, CloudError>> + Send {
+        (**self).describe_network_interfaces(ids)
+    }
+
+    fn assign_private_ips(
+        &self,
+        eni_id: &str,
+        count: u32,
+    ) -> impl Future<Output = Result<Vec<Ipv4Addr>, CloudError>> + Send {
+        (**self).assign_private_ips(eni_id, count)
+    }
+
+    fn unassign_private_ips(
+        &self,
+        eni_id: &str,
+        ips: &[Ipv4Addr],
+    ) -> impl Future<Output = Result<(), CloudError>> + Send {
+        (**self).unassign_private_ips(eni_id, ips)
+    }
+}

@@ -1,0 +1,46 @@
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use ipnetwork::Ipv4Network;
+
+/// An ENI as EC2 describes it (the fields ipamd uses).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NetworkInterface {
+    /// `eni-...`.
+    pub id: String,
+    /// MAC, lower case.
+    pub mac: String,
+    /// Subnet.
+    pub subnet_id: String,
+    /// VPC.
+    pub vpc_id: String,
+    /// Description (`aws-K8S-<instance>` for ENIs we create).
+    pub description: String,
+    /// `available`, `in-use`, ...
+    pub status: String,
+    /// The ENI's primary private address.
+    pub primary_ip: Option<Ipv4Addr>,
+    /// Secondary private addresses (the primary excluded).
+    pub secondary_ips: Vec<Ipv4Addr>,
+    /// Delegated /28 prefixes.
+    pub prefixes: Vec<Ipv4Network>,
+    /// Attachment, when attached.
+    pub attachment: Option<Attachment>,
+    /// Tags.
+    pub tags: BTreeMap<String, String>,
+}
+
+/// An ENI's attachment to an instance.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attachment {
+    /// `eni-attach-...`.
+    pub id: String,
+    /// Instance.
+    pub instance_id: String,
+    /// Device index (0 = primary).
+    pub device_index: u32,
+    /// Network card.
+    pub network_card_index: u32,
+    /// Deleted with the instance.
+    pub delete_on_termination: bool,
+}
