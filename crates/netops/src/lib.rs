@@ -1,0 +1,41 @@
+//! Netlink side effects of vpc-cni: wiring a pod's veth, address, routes and neighbour, the
+//! host's per-pod route and rules, their teardown and checks, plus the general link, address,
+//! route, rule and neighbour operations the daemon builds per-ENI tables with.
+//!
+//! Everything is synchronous: a [`Netlink`] is a plain rtnetlink socket bound to one network
+//! namespace (request -> ack, dumps with `NLM_F_DUMP`), with no async runtime, so the CNI
+//! plugin stays a fast, short-lived process. Messages are built by pure functions in
+//! [`messages`] and can be inspected without privileges.
+//!
+//! The datapath is the Go AWS VPC CNI's (see DESIGN.md "Pod datapath"): in the pod,
+//! `<ip>/32` on the interface, `169.254.1.1/32 dev <if> scope link`, `default via
+//! 169.254.1.1` and a permanent neighbour `169.254.1.1 -> <host veth MAC>`; on the host,
+//! `<ip>/32 dev <veth> scope link`, `to <ip> lookup main` prio 512 and, for a secondary ENI,
+//! `from <ip> lookup <table>` prio 1536.
+
+#![warn(missing_docs)]
+
+mod check;
+mod error;
+pub mod messages;
+mod names;
+mod netns;
+mod ops;
+mod pod;
+mod socket;
+mod teardown;
+
+pub use check::{CheckError, CheckMismatch, ExpectedPod, check_pod};
+pub use error::{Error, Result};
+pub use messages::RT_TABLE_MAIN;
+pub use messages::addr::Address;
+pub use messages::link::{Link, VethSpec};
+pub use messages::neigh::Neighbour;
+pub use messages::route::{Route, Scope};
+pub use messages::rule::Rule;
+pub use names::{
+    IFNAME_MAX, MAC_TRIES, format_mac, parse_mac, random_mac, validate_ifname, veth_name,
+};
+pub use pod::{POD_GATEWAY, PRIO_FROM_POD, PRIO_TO_POD, PodSpec, PodWiring, setup_pod};
+pub use socket::Netlink;
+pub use teardown::{TeardownReport, is_pod_rule, teardown_container, teardown_host};
