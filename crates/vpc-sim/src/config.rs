@@ -1,0 +1,219 @@
+//! Command line.
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use cloud::limits::InstanceLimits;
+use ipnetwork::Ipv4Network;
+use thiserror::Error;
+
+use crate::model::Topology;
+
+/// Where the servers listen and whether namespaces are built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Root: a VPC namespace, one namespace per node, IMDS at 169.254.169.254 inside each node.
+    Fabric,
+    /// Unprivileged: EC2 and one IMDS per instance on 127.0.0.1 ephemeral ports.
+    Loopback,
+}
+
+impl Mode {
+    /// Lowercase name, as in sim.json.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fabric => "fabric",
+            Self::Loopback => "loopback",
+        }
+    }
+}
+
+/// An `--extra-instance-type NAME:ENIS:IPV4_PER_ENI` entry (Nitro, one network card).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtraType {
+    /// Type name.
+    pub name: String,
+    /// Its limits.
+    pub limits: InstanceLimits,
+}
+
+/// Parses `NAME:ENIS:IPV4_PER_ENI`.
+pub fn parse_extra_type(s: &str) -> Result<ExtraType, String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let [name, enis, ips] = parts[..] else {
+        return Err(format!("{s:?} is not NAME:ENIS:IPV4_PER_ENI"));
+    };
+    let num = |what: &str, v: &str| match v.parse::<u32>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{what} {v:?} in {s:?} is not a positive number")),
+    };
+    if name.is_empty() {
+        return Err(format!("{s:?} has an empty type name"));
+    }
+    Ok(ExtraType {
+        name: name.to_string(),
+        limits: InstanceLimits {
+            max_enis: num("ENIS", enis)?,
+            ipv4_per_eni: num("IPV4_PER_ENI", ips)?,
+            nitro: true,
+            bare_metal: false,
+            network_cards: 1,
+        },
+    })
+}
+
+/// vpc-sim's command line.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "vpc-sim",
+    version,
+    about = "EC2 + IMDS emulator and VPC-in-a-box fabric"
+)]
+pub struct Cli {
+    /// Simulator name: prefix of its namespaces (NAME-vpc, NAME-node1, ...).
+    #[arg(long)]
+    pub name: String,
+    /// Directory for sim.json.
+    #[arg(long)]
+    pub state_dir: PathBuf,
+    /// fabric (root, namespaces) or loopback (unprivileged, 127.0.0.1 ports).
+    #[arg(long, value_enum, default_value_t = Mode::Loopback)]
+    pub mode: Mode,
+    /// Number of instances (nodes).
+    #[arg(long, default_value_t = 1)]
+    pub nodes: usize,
+    /// Instance type of every node.
+    #[arg(long, default_value = "t3.medium")]
+    pub instance_type: String,
+    /// VPC CIDR.
+    #[arg(long, default_value = "10.0.0.0/16")]
+    pub vpc_cidr: Ipv4Network,
+    /// Subnet CIDR (repeatable; nodes go into the first).
+    #[arg(long = "subnet", default_value = "10.0.0.0/24")]
+    pub subnets: Vec<Ipv4Network>,
+    /// Region; the one AZ is REGION + "a".
+    #[arg(long, default_value = "us-west-2")]
+    pub region: String,
+    /// IMDS shows a new attachment or address this many ms after EC2 does.
+    #[arg(long, default_value_t = 0)]
+    pub imds_lag_ms: u64,
+    /// Extra instance type NAME:ENIS:IPV4_PER_ENI (repeatable).
+    #[arg(long = "extra-instance-type", value_parser = parse_extra_type)]
+    pub extra_instance_types: Vec<ExtraType>,
+}
+
+/// A command line that parses but makes no sense.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// Bad --name.
+    #[error("--name {0:?}: use 1 to 24 characters from A-Z a-z 0-9 _ -")]
+    Name(String),
+    /// Bad --nodes.
+    #[error("--nodes {0}: must be between 1 and 64")]
+    Nodes(usize),
+    /// Bad --region.
+    #[error("--region {0:?}: expected something like us-west-2")]
+    Region(String),
+}
+
+/// Longest name: `NAME-node64` must stay a short, readable namespace name.
+const MAX_NAME: usize = 24;
+
+impl Cli {
+    /// Checks what clap cannot and returns the topology to build.
+    pub fn topology(&self) -> Result<Topology, ConfigError> {
+        let name_ok = !self.name.is_empty()
+            && self.name.len() <= MAX_NAME
+            && self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !name_ok {
+            return Err(ConfigError::Name(self.name.clone()));
+        }
+        if !(1..=64).contains(&self.nodes) {
+            return Err(ConfigError::Nodes(self.nodes));
+        }
+        let region_ok = self.region.split('-').count() >= 3
+            && self
+                .region
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !region_ok {
+            return Err(ConfigError::Region(self.region.clone()));
+        }
+        Ok(Topology {
+            vpc_cidr: self.vpc_cidr,
+            region: self.region.clone(),
+            subnets: self.subnets.clone(),
+            nodes: self.nodes,
+            instance_type: self.instance_type.clone(),
+            extra_types: self
+                .extra_instance_types
+                .iter()
+                .map(|e| (e.name.clone(), e.limits))
+                .collect(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(args: &[&str]) -> Result<Cli, clap::Error> {
+        let mut all = vec!["vpc-sim", "--name", "t1", "--state-dir", "/tmp/x"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(all)
+    }
+
+    #[test]
+    fn defaults() {
+        let c = cli(&[]).unwrap();
+        let t = c.topology().unwrap();
+        assert_eq!(c.mode, Mode::Loopback);
+        assert_eq!((t.nodes, t.instance_type.as_str()), (1, "t3.medium"));
+        assert_eq!(t.subnets, vec!["10.0.0.0/24".parse().unwrap()]);
+        assert_eq!(t.region, "us-west-2");
+    }
+
+    #[test]
+    fn extra_types_and_repeated_subnets() {
+        let c = cli(&[
+            "--mode",
+            "fabric",
+            "--subnet",
+            "10.0.1.0/24",
+            "--subnet",
+            "10.0.2.0/28",
+            "--extra-instance-type",
+            "sim.tiny:2:4",
+        ])
+        .unwrap();
+        let t = c.topology().unwrap();
+        assert_eq!(t.subnets.len(), 2);
+        assert_eq!(t.extra_types[0].0, "sim.tiny");
+        assert_eq!(
+            (t.extra_types[0].1.max_enis, t.extra_types[0].1.ipv4_per_eni),
+            (2, 4)
+        );
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        assert!(parse_extra_type("x:0:4").unwrap_err().contains("ENIS"));
+        assert!(parse_extra_type("x:2").is_err());
+        assert!(cli(&["--vpc-cidr", "10.0.0.0/33"]).is_err());
+        assert!(cli(&["--mode", "cloud"]).is_err());
+        let mut c = cli(&[]).unwrap();
+        c.name = "bad name".into();
+        assert_eq!(
+            c.topology().unwrap_err(),
+            ConfigError::Name("bad name".into())
+        );
+        c.name = "ok".into();
+        c.nodes = 0;
+        assert_eq!(c.topology().unwrap_err(), ConfigError::Nodes(0));
+    }
+}

@@ -1,0 +1,11 @@
+//! One module per group of EC2 actions.
+
+pub mod addresses;
+pub mod attach;
+pub mod describe_enis;
+pub mod enis;
+pub mod instance_types;
+pub mod instances;
+pub mod render;
+pub mod subnets;
+pub mod tags;

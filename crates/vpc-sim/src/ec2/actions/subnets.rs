@@ -1,0 +1,86 @@
+//! DescribeSubnets.
+
+use crate::ec2::filter::{Page, check_names, matches, tag_values};
+use crate::ec2::xml::Xml;
+use crate::ec2::{Ctx, Ec2Error};
+use crate::model::{Model, ModelError, Subnet, az_id};
+
+const FILTERS: &[&str] = &[
+    "subnet-id",
+    "vpc-id",
+    "availability-zone",
+    "availability-zone-id",
+    "cidr-block",
+    "cidr",
+    "cidrBlock",
+    "state",
+];
+
+fn values(m: &Model, s: &Subnet, name: &str) -> Vec<String> {
+    if let Some(v) = tag_values(name, &s.tags) {
+        return v;
+    }
+    match name {
+        "subnet-id" => vec![s.id.clone()],
+        "vpc-id" => vec![m.vpc().id.clone()],
+        "availability-zone" => vec![s.az.clone()],
+        "availability-zone-id" => vec![az_id(&s.az)],
+        "cidr-block" | "cidr" | "cidrBlock" => vec![s.cidr.to_string()],
+        "state" => vec!["available".into()],
+        _ => Vec::new(),
+    }
+}
+
+/// DescribeSubnets: `SubnetId.N`, filters, pagination.
+pub fn describe(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
+    let ids = cx.params.list("SubnetId");
+    let filters = cx.params.filters()?;
+    check_names(&filters, FILTERS)?;
+    let page = Page::from_params(cx.params, 5, 1000)?;
+    let m = &*cx.model;
+    let missing: Vec<String> = ids
+        .iter()
+        .filter(|id| m.subnet(id).is_err())
+        .cloned()
+        .collect();
+    if !missing.is_empty() {
+        return Err(ModelError::SubnetNotFound(missing).into());
+    }
+    let chosen: Vec<&Subnet> = m
+        .subnets()
+        .into_iter()
+        .filter(|s| ids.is_empty() || ids.contains(&s.id))
+        .filter(|s| matches(&filters, |n| values(m, s, n)))
+        .collect();
+    let (chosen, next) = page.apply(chosen, |s| s.id.clone());
+    let vpc = m.vpc();
+    Ok(Xml::response("DescribeSubnets", cx.request_id, |x| {
+        x.set("subnetSet", &chosen, |x, s| {
+            x.leaf("subnetId", &s.id)
+                .leaf(
+                    "subnetArn",
+                    format!(
+                        "arn:aws:ec2:{}:{}:subnet/{}",
+                        vpc.region, vpc.owner_id, s.id
+                    ),
+                )
+                .leaf("state", "available")
+                .leaf("ownerId", &vpc.owner_id)
+                .leaf("vpcId", &vpc.id)
+                .leaf("cidrBlock", s.cidr)
+                .set(
+                    "ipv6CidrBlockAssociationSet",
+                    std::iter::empty::<()>(),
+                    |_, _| {},
+                )
+                .leaf("availableIpAddressCount", s.available_ip_address_count())
+                .leaf("availabilityZone", &s.az)
+                .leaf("availabilityZoneId", az_id(&s.az))
+                .leaf("defaultForAz", false)
+                .leaf("mapPublicIpOnLaunch", false)
+                .leaf("assignIpv6AddressOnCreation", false)
+                .tags(&s.tags);
+        });
+        x.leaf_opt("nextToken", next.as_ref());
+    }))
+}

@@ -1,0 +1,251 @@
+//! Address bookkeeping for one subnet: single addresses and /28 prefixes, AWS reservations.
+//!
+//! AWS keeps the first four addresses (network, router, DNS, future use) and the last one
+//! (broadcast) of every subnet. A delegated prefix is a /28-aligned block of 16 addresses none of
+//! which is reserved or in use; it then occupies all 16.
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+
+use ipnetwork::Ipv4Network;
+
+/// Addresses in one /28 prefix.
+pub const PREFIX_LEN: u8 = 28;
+const PREFIX_SIZE: u32 = 16;
+const RESERVED_AT_START: u32 = 4;
+
+/// Why a specific address or prefix cannot be taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TakeError {
+    /// Outside the subnet's CIDR.
+    OutsideSubnet,
+    /// One of the five addresses AWS reserves.
+    Reserved,
+    /// Already assigned (or inside an assigned prefix).
+    InUse,
+    /// A prefix that is not a /28 on a /28 boundary.
+    Misaligned,
+}
+
+/// The used addresses of one subnet.
+#[derive(Debug, Clone)]
+pub struct AddressSpace {
+    cidr: Ipv4Network,
+    used: BTreeSet<u32>,
+}
+
+impl AddressSpace {
+    /// An empty space over `cidr` (the caller validates /16../28).
+    pub fn new(cidr: Ipv4Network) -> Self {
+        Self {
+            cidr,
+            used: BTreeSet::new(),
+        }
+    }
+
+    fn first(&self) -> u32 {
+        u32::from(self.cidr.network())
+    }
+
+    fn last(&self) -> u32 {
+        u32::from(self.cidr.broadcast())
+    }
+
+    /// The subnet's router address (network + 1), where the fabric puts the gateway.
+    pub fn router(&self) -> Ipv4Addr {
+        Ipv4Addr::from(self.first() + 1)
+    }
+
+    /// True for the four leading addresses and the broadcast address.
+    pub fn is_reserved(&self, a: u32) -> bool {
+        a < self.first() + RESERVED_AT_START || a == self.last()
+    }
+
+    /// Free, assignable addresses left (what DescribeSubnets calls availableIpAddressCount).
+    pub fn available(&self) -> u32 {
+        let usable = self.cidr.size().saturating_sub(RESERVED_AT_START + 1);
+        usable.saturating_sub(self.used.len() as u32)
+    }
+
+    /// Whether `ip` is assigned (alone or inside a prefix).
+    pub fn in_use(&self, ip: Ipv4Addr) -> bool {
+        self.used.contains(&u32::from(ip))
+    }
+
+    /// Takes `ip` if it is free and assignable.
+    pub fn take(&mut self, ip: Ipv4Addr) -> Result<(), TakeError> {
+        let a = u32::from(ip);
+        if !self.cidr.contains(ip) {
+            return Err(TakeError::OutsideSubnet);
+        }
+        if self.is_reserved(a) {
+            return Err(TakeError::Reserved);
+        }
+        if !self.used.insert(a) {
+            return Err(TakeError::InUse);
+        }
+        Ok(())
+    }
+
+    /// Takes `n` free addresses, lowest first, or none at all when fewer are free.
+    pub fn take_any(&mut self, n: u32) -> Option<Vec<Ipv4Addr>> {
+        if n > self.available() {
+            return None;
+        }
+        let mut out = Vec::with_capacity(n as usize);
+        let mut a = self.first() + RESERVED_AT_START;
+        while out.len() < n as usize && a < self.last() {
+            if !self.used.contains(&a) {
+                out.push(a);
+            }
+            a += 1;
+        }
+        if out.len() < n as usize {
+            return None;
+        }
+        self.used.extend(out.iter().copied());
+        Some(out.into_iter().map(Ipv4Addr::from).collect())
+    }
+
+    fn block_is_free(&self, start: u32) -> bool {
+        let end = start + PREFIX_SIZE - 1;
+        !self.is_reserved(start)
+            && !self.is_reserved(end)
+            && self.used.range(start..=end).next().is_none()
+    }
+
+    /// Takes `n` free /28 prefixes, lowest first, or none at all when fewer exist.
+    pub fn take_prefixes(&mut self, n: u32) -> Option<Vec<Ipv4Network>> {
+        let mut starts = Vec::with_capacity(n as usize);
+        let mut start = self.first();
+        while starts.len() < n as usize && start + PREFIX_SIZE - 1 <= self.last() {
+            if self.block_is_free(start) {
+                starts.push(start);
+            }
+            start += PREFIX_SIZE;
+        }
+        if starts.len() < n as usize {
+            return None;
+        }
+        let mut out = Vec::with_capacity(starts.len());
+        for s in starts {
+            self.used.extend(s..s + PREFIX_SIZE);
+            out.push(to_prefix(s)?);
+        }
+        Some(out)
+    }
+
+    /// Takes the given prefix if it is an aligned /28 inside the subnet and entirely free.
+    pub fn take_prefix(&mut self, p: Ipv4Network) -> Result<(), TakeError> {
+        let start = u32::from(p.network());
+        if p.prefix() != PREFIX_LEN || p.ip() != p.network() {
+            return Err(TakeError::Misaligned);
+        }
+        if !self.cidr.contains(p.network()) || !self.cidr.contains(p.broadcast()) {
+            return Err(TakeError::OutsideSubnet);
+        }
+        if self.is_reserved(start) || self.is_reserved(start + PREFIX_SIZE - 1) {
+            return Err(TakeError::Reserved);
+        }
+        if !self.block_is_free(start) {
+            return Err(TakeError::InUse);
+        }
+        self.used.extend(start..start + PREFIX_SIZE);
+        Ok(())
+    }
+
+    /// Gives `ip` back.
+    pub fn release(&mut self, ip: Ipv4Addr) {
+        self.used.remove(&u32::from(ip));
+    }
+
+    /// Gives all 16 addresses of `p` back.
+    pub fn release_prefix(&mut self, p: Ipv4Network) {
+        let start = u32::from(p.network());
+        for a in start..start + PREFIX_SIZE {
+            self.used.remove(&a);
+        }
+    }
+}
+
+fn to_prefix(start: u32) -> Option<Ipv4Network> {
+    Ipv4Network::new(Ipv4Addr::from(start), PREFIX_LEN).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn space(cidr: &str) -> AddressSpace {
+        AddressSpace::new(cidr.parse().unwrap())
+    }
+
+    #[test]
+    fn reserves_first_four_and_last() {
+        let mut s = space("10.0.0.0/28");
+        assert_eq!(s.available(), 11);
+        for a in ["10.0.0.0", "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.15"] {
+            assert_eq!(s.take(a.parse().unwrap()), Err(TakeError::Reserved), "{a}");
+        }
+        let all = s.take_any(11).unwrap();
+        assert_eq!(all.first().unwrap().to_string(), "10.0.0.4");
+        assert_eq!(all.last().unwrap().to_string(), "10.0.0.14");
+        assert_eq!(s.available(), 0);
+        assert_eq!(s.take_any(1), None);
+    }
+
+    #[test]
+    fn take_any_is_all_or_nothing() {
+        let mut s = space("10.0.0.0/28");
+        assert_eq!(s.take_any(12), None);
+        assert_eq!(s.available(), 11);
+    }
+
+    #[test]
+    fn specific_addresses_are_checked() {
+        let mut s = space("10.0.1.0/24");
+        let ip: Ipv4Addr = "10.0.1.50".parse().unwrap();
+        assert_eq!(s.take(ip), Ok(()));
+        assert_eq!(s.take(ip), Err(TakeError::InUse));
+        assert_eq!(
+            s.take("10.0.2.5".parse().unwrap()),
+            Err(TakeError::OutsideSubnet)
+        );
+        s.release(ip);
+        assert_eq!(s.take(ip), Ok(()));
+    }
+
+    #[test]
+    fn prefixes_are_aligned_free_and_disjoint() {
+        let mut s = space("10.0.0.0/26");
+        // The first /28 holds reserved .0-.3 and the last holds the broadcast: two remain.
+        s.take("10.0.0.20".parse().unwrap()).unwrap();
+        let got = s.take_prefixes(1).unwrap();
+        assert_eq!(got[0].to_string(), "10.0.0.32/28");
+        assert_eq!(
+            s.take_prefixes(1),
+            None,
+            "10.0.0.16/28 holds .20, .48/28 the broadcast"
+        );
+        assert_eq!(s.available(), 59 - 1 - 16);
+        s.release_prefix(got[0]);
+        assert_eq!(s.available(), 58);
+    }
+
+    #[test]
+    fn specific_prefix_rules() {
+        let mut s = space("10.0.0.0/24");
+        let p = |t: &str| t.parse::<Ipv4Network>().unwrap();
+        assert_eq!(s.take_prefix(p("10.0.0.8/28")), Err(TakeError::Misaligned));
+        assert_eq!(s.take_prefix(p("10.0.0.16/27")), Err(TakeError::Misaligned));
+        assert_eq!(s.take_prefix(p("10.0.0.0/28")), Err(TakeError::Reserved));
+        assert_eq!(
+            s.take_prefix(p("10.0.1.0/28")),
+            Err(TakeError::OutsideSubnet)
+        );
+        assert_eq!(s.take_prefix(p("10.0.0.16/28")), Ok(()));
+        assert_eq!(s.take_prefix(p("10.0.0.16/28")), Err(TakeError::InUse));
+        assert!(s.in_use("10.0.0.31".parse().unwrap()));
+        assert_eq!(s.take("10.0.0.17".parse().unwrap()), Err(TakeError::InUse));
+    }
+}

@@ -1,0 +1,236 @@
+//! Create, delete, modify and tag ENIs.
+
+use std::net::Ipv4Addr;
+
+use ipnetwork::Ipv4Network;
+
+use super::alloc::TakeError;
+use super::{EniStatus, Model, ModelError, Stamped, Tags, UNATTACHED_IPV4_LIMIT};
+use crate::model::types::Eni;
+
+/// CreateNetworkInterface's inputs.
+#[derive(Debug, Clone, Default)]
+pub struct CreateEni {
+    /// Subnet to create it in.
+    pub subnet_id: String,
+    /// Free text.
+    pub description: String,
+    /// Security groups; empty means the VPC's default group.
+    pub security_groups: Vec<String>,
+    /// A chosen primary address, else the subnet picks one.
+    pub primary_ip: Option<Ipv4Addr>,
+    /// Secondary addresses to add at once.
+    pub secondary_count: u32,
+    /// /28 prefixes to add at once.
+    pub prefix_count: u32,
+    /// Tags.
+    pub tags: Tags,
+}
+
+/// One ModifyNetworkInterfaceAttribute change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EniChange {
+    /// `Attachment.AttachmentId` + `Attachment.DeleteOnTermination`.
+    DeleteOnTermination {
+        /// Must be the ENI's current attachment.
+        attachment_id: String,
+        /// New flag.
+        value: bool,
+    },
+    /// `Description.Value`.
+    Description(String),
+    /// `SecurityGroupId.N` (replaces the set).
+    SecurityGroups(Vec<String>),
+}
+
+/// Maps an allocator refusal of a specific address to EC2's error.
+pub(super) fn ip_take_error(err: TakeError, ip: Ipv4Addr, subnet: &str) -> ModelError {
+    match err {
+        TakeError::InUse => ModelError::AddressInUse(ip),
+        TakeError::Reserved => ModelError::invalid(format!(
+            "Address {ip} is reserved by AWS in subnet {subnet}."
+        )),
+        TakeError::OutsideSubnet | TakeError::Misaligned => ModelError::invalid(format!(
+            "Address {ip} does not fall within the subnet's address range ({subnet})."
+        )),
+    }
+}
+
+/// Maps an allocator refusal of a specific prefix to EC2's error.
+pub(super) fn prefix_take_error(err: TakeError, p: Ipv4Network, subnet: &str) -> ModelError {
+    let why = match err {
+        TakeError::InUse => "overlaps addresses already in use",
+        TakeError::Reserved => "includes addresses reserved by AWS",
+        TakeError::OutsideSubnet => "does not fall within the subnet's address range",
+        TakeError::Misaligned => "is not a /28 on a /28 boundary",
+    };
+    ModelError::invalid(format!("Prefix {p} {why} ({subnet})."))
+}
+
+impl Model {
+    /// Checks group ids; empty means the default group.
+    pub(super) fn check_groups(&self, groups: &[String]) -> Result<Vec<String>, ModelError> {
+        if groups.is_empty() {
+            return Ok(vec![self.vpc.default_security_group.clone()]);
+        }
+        for g in groups {
+            if *g != self.vpc.default_security_group {
+                return Err(ModelError::GroupNotFound(g.clone()));
+            }
+        }
+        let mut out = groups.to_vec();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// CreateNetworkInterface: a new, unattached ENI with its addresses, all or nothing.
+    pub fn create_eni(&mut self, req: CreateEni, now_ms: u64) -> Result<&Eni, ModelError> {
+        let subnet = self.subnet(&req.subnet_id)?;
+        let groups = self.check_groups(&req.security_groups)?;
+        if req.secondary_count > 0 && req.prefix_count > 0 {
+            return Err(ModelError::InvalidParameterCombination(
+                "You cannot specify a count of IPv4 prefixes together with a count of secondary private IPv4 addresses.".into(),
+            ));
+        }
+        if 1 + req.secondary_count + req.prefix_count > UNATTACHED_IPV4_LIMIT {
+            return Err(ModelError::PrivateIpLimit);
+        }
+        // Work on a copy of the subnet's book so a late failure leaves nothing taken.
+        let mut space = subnet.space.clone();
+        let primary_ip = match req.primary_ip {
+            Some(ip) => {
+                space
+                    .take(ip)
+                    .map_err(|e| ip_take_error(e, ip, &subnet.id))?;
+                ip
+            }
+            None => space
+                .take_any(1)
+                .and_then(|v| v.first().copied())
+                .ok_or(ModelError::SubnetFull)?,
+        };
+        let secondaries = space
+            .take_any(req.secondary_count)
+            .ok_or(ModelError::SubnetFull)?;
+        let prefixes = space
+            .take_prefixes(req.prefix_count)
+            .ok_or(ModelError::NoCidrBlocks)?;
+
+        let (subnet_id, az) = (subnet.id.clone(), subnet.az.clone());
+        let id = self.ids.id("eni");
+        let mac = self.ids.mac();
+        let eni = Eni {
+            id: id.clone(),
+            mac,
+            subnet_id: subnet_id.clone(),
+            vpc_id: self.vpc.id.clone(),
+            az,
+            description: req.description,
+            status: EniStatus::Available,
+            tags: req.tags,
+            primary_ip,
+            secondary_ips: stamp(secondaries, now_ms),
+            prefixes: stamp(prefixes, now_ms),
+            attachment: None,
+            security_groups: groups,
+            created_ms: now_ms,
+        };
+        if let Some(s) = self.subnets.get_mut(&subnet_id) {
+            s.space = space;
+        }
+        Ok(self.enis.entry(id).or_insert(eni))
+    }
+
+    /// DeleteNetworkInterface: only when detached; frees every address.
+    pub fn delete_eni(&mut self, id: &str) -> Result<(), ModelError> {
+        let eni = self.eni(id)?;
+        if eni.attachment.is_some() {
+            return Err(ModelError::EniInUse(id.to_string()));
+        }
+        let eni = self
+            .enis
+            .remove(id)
+            .ok_or_else(|| ModelError::EniNotFound(vec![id.to_string()]))?;
+        self.release_all(&eni);
+        Ok(())
+    }
+
+    pub(super) fn release_all(&mut self, eni: &Eni) {
+        if let Some(s) = self.subnets.get_mut(&eni.subnet_id) {
+            for ip in eni.private_ips() {
+                s.space.release(ip);
+            }
+            for p in &eni.prefixes {
+                s.space.release_prefix(p.value);
+            }
+        }
+    }
+
+    /// ModifyNetworkInterfaceAttribute.
+    pub fn modify_eni(&mut self, id: &str, change: EniChange) -> Result<(), ModelError> {
+        let groups = match &change {
+            EniChange::SecurityGroups(g) if g.is_empty() => {
+                return Err(ModelError::invalid(
+                    "At least one security group is required.",
+                ));
+            }
+            EniChange::SecurityGroups(g) => Some(self.check_groups(g)?),
+            _ => None,
+        };
+        let eni = self.eni_mut(id)?;
+        match change {
+            EniChange::DeleteOnTermination {
+                attachment_id,
+                value,
+            } => match eni.attachment.as_mut() {
+                Some(a) if a.id == attachment_id => a.delete_on_termination = value,
+                _ => return Err(ModelError::AttachmentNotFound(attachment_id)),
+            },
+            EniChange::Description(d) => eni.description = d,
+            EniChange::SecurityGroups(_) => {
+                if let Some(g) = groups {
+                    eni.security_groups = g;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// CreateTags on ENIs, instances, subnets or the VPC; checks every id before tagging any.
+    pub fn create_tags(&mut self, ids: &[String], tags: &Tags) -> Result<(), ModelError> {
+        for id in ids {
+            let known = if id.starts_with("eni-") && !id.starts_with("eni-attach-") {
+                self.eni(id).map(|_| ())
+            } else if id.starts_with("i-") {
+                self.instance(id).map(|_| ())
+            } else if id.starts_with("subnet-") {
+                self.subnet(id).map(|_| ())
+            } else if *id == self.vpc.id {
+                Ok(())
+            } else {
+                Err(ModelError::InvalidId(id.clone()))
+            };
+            known?;
+        }
+        for id in ids {
+            let target = if let Some(e) = self.enis.get_mut(id) {
+                &mut e.tags
+            } else if let Some(i) = self.instances.get_mut(id) {
+                &mut i.tags
+            } else if let Some(s) = self.subnets.get_mut(id) {
+                &mut s.tags
+            } else {
+                &mut self.vpc.tags
+            };
+            target.extend(tags.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn stamp<T>(values: Vec<T>, at_ms: u64) -> Vec<Stamped<T>> {
+    values
+        .into_iter()
+        .map(|value| Stamped { value, at_ms })
+        .collect()
+}

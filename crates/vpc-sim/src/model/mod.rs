@@ -1,0 +1,374 @@
+//! The simulated VPC: the single source of truth behind the EC2 API, IMDS and the fabric.
+//!
+//! Pure: no I/O, no clock. Operations that change something take `now_ms` so every change is
+//! stamped, which is what lets IMDS show a lagged view without anyone sleeping.
+
+mod addresses;
+mod alloc;
+mod attach;
+mod enis;
+mod error;
+mod ids;
+mod types;
+mod view;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+
+use cloud::limits::{InstanceLimits, InstanceTable};
+use ipnetwork::Ipv4Network;
+use serde::Serialize;
+
+pub use addresses::{AssignRequest, Assigned};
+pub use alloc::{AddressSpace, PREFIX_LEN, TakeError};
+pub use enis::{CreateEni, EniChange};
+pub use error::ModelError;
+pub use ids::{IdGen, well_formed};
+pub use types::{Attachment, Eni, EniStatus, Instance, Stamped, Subnet, Tags, Vpc};
+pub use view::{InstanceView, InterfaceView};
+
+use crate::rand::Rng;
+
+/// Account id the simulator reports as the owner of everything (AWS's documentation example).
+pub const ACCOUNT_ID: &str = "111122223333";
+/// The largest IPv4-per-ENI figure of any instance type: the cap for an ENI not attached anywhere.
+pub const UNATTACHED_IPV4_LIMIT: u32 = 50;
+
+/// The private DNS name EC2 gives `ip` in `region` (`ip-10-0-0-5.us-west-2.compute.internal`).
+pub fn private_dns_name(region: &str, ip: Ipv4Addr) -> String {
+    let host = format!("ip-{}", ip.to_string().replace('.', "-"));
+    if region == "us-east-1" {
+        format!("{host}.ec2.internal")
+    } else {
+        format!("{host}.{region}.compute.internal")
+    }
+}
+
+/// The AZ id AWS would show for `az` (`us-west-2a` -> `usw2-az1`).
+pub fn az_id(az: &str) -> String {
+    let (region, letter) = az.split_at(az.len().saturating_sub(1));
+    let short: String = region
+        .split('-')
+        .map(|part| match part.parse::<u32>() {
+            Ok(_) => part.to_string(),
+            Err(_) => part
+                .chars()
+                .take(if part.len() == 2 { 2 } else { 1 })
+                .collect(),
+        })
+        .collect();
+    let n = letter
+        .bytes()
+        .next()
+        .map_or(1, |b| u32::from(b.saturating_sub(b'a')) + 1);
+    format!("{short}-az{n}")
+}
+
+/// What to build at startup.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    /// VPC CIDR.
+    pub vpc_cidr: Ipv4Network,
+    /// Region, e.g. `us-west-2`; the one AZ is `<region>a`.
+    pub region: String,
+    /// Subnet CIDRs; instances go into the first.
+    pub subnets: Vec<Ipv4Network>,
+    /// Number of instances.
+    pub nodes: usize,
+    /// Their type.
+    pub instance_type: String,
+    /// Instance types beyond the embedded table (name, limits).
+    pub extra_types: Vec<(String, InstanceLimits)>,
+}
+
+/// The whole simulated VPC.
+#[derive(Debug, Clone)]
+pub struct Model {
+    vpc: Vpc,
+    subnets: BTreeMap<String, Subnet>,
+    instances: BTreeMap<String, Instance>,
+    enis: BTreeMap<String, Eni>,
+    types: InstanceTable,
+    extra_types: BTreeSet<String>,
+    ids: IdGen,
+}
+
+impl Model {
+    /// An empty VPC with its default security group. `types` is the instance table to enforce.
+    pub fn new(
+        vpc_cidr: Ipv4Network,
+        region: &str,
+        types: InstanceTable,
+        rng: Rng,
+    ) -> Result<Self, ModelError> {
+        if !(16..=28).contains(&vpc_cidr.prefix()) || vpc_cidr.ip() != vpc_cidr.network() {
+            return Err(ModelError::invalid(format!(
+                "The CIDR '{vpc_cidr}' is invalid: a VPC is a network address with a /16 to /28 mask."
+            )));
+        }
+        let mut ids = IdGen::new(rng);
+        let vpc = Vpc {
+            id: ids.id("vpc"),
+            cidr: vpc_cidr,
+            region: region.to_string(),
+            az: format!("{region}a"),
+            owner_id: ACCOUNT_ID.to_string(),
+            default_security_group: ids.id("sg"),
+            tags: Tags::new(),
+        };
+        Ok(Self {
+            vpc,
+            subnets: BTreeMap::new(),
+            instances: BTreeMap::new(),
+            enis: BTreeMap::new(),
+            types,
+            extra_types: BTreeSet::new(),
+            ids,
+        })
+    }
+
+    /// Builds the startup topology: VPC, subnets, and `nodes` instances in the first subnet.
+    pub fn build(t: &Topology, rng: Rng, now_ms: u64) -> Result<Self, ModelError> {
+        let mut m = Self::new(
+            t.vpc_cidr,
+            &t.region,
+            InstanceTable::embedded().clone(),
+            rng,
+        )?;
+        for (name, limits) in &t.extra_types {
+            m.add_instance_type(name, *limits);
+        }
+        let mut first = None;
+        for cidr in &t.subnets {
+            let id = m.add_subnet(*cidr)?;
+            first.get_or_insert(id);
+        }
+        let subnet = first.ok_or_else(|| ModelError::invalid("at least one subnet is needed"))?;
+        for _ in 0..t.nodes {
+            m.launch_instance(&t.instance_type, &subnet, now_ms)?;
+        }
+        Ok(m)
+    }
+
+    /// Adds (or replaces) an instance type.
+    pub fn add_instance_type(&mut self, name: &str, limits: InstanceLimits) {
+        self.types.insert(name, limits);
+        self.extra_types.insert(name.to_string());
+    }
+
+    /// Limits of `instance_type`.
+    pub fn limits(&self, instance_type: &str) -> Result<InstanceLimits, ModelError> {
+        self.types
+            .get(instance_type)
+            .ok_or_else(|| ModelError::UnknownInstanceType(vec![instance_type.to_string()]))
+    }
+
+    /// Types added with [`Model::add_instance_type`].
+    pub fn extra_types(&self) -> impl Iterator<Item = &str> {
+        self.extra_types.iter().map(String::as_str)
+    }
+
+    /// Adds a subnet in the VPC's AZ. It must lie inside the VPC, be /16../28 and overlap no other.
+    pub fn add_subnet(&mut self, cidr: Ipv4Network) -> Result<String, ModelError> {
+        let inside =
+            self.vpc.cidr.contains(cidr.network()) && self.vpc.cidr.contains(cidr.broadcast());
+        if !(16..=28).contains(&cidr.prefix()) || cidr.ip() != cidr.network() || !inside {
+            return Err(ModelError::invalid(format!(
+                "The CIDR '{cidr}' is invalid: a subnet is a network address inside {} with a /16 to /28 mask.",
+                self.vpc.cidr
+            )));
+        }
+        if let Some(other) = self.subnets.values().find(|s| s.cidr.overlaps(cidr)) {
+            return Err(ModelError::invalid(format!(
+                "The CIDR '{cidr}' conflicts with another subnet ({} {}).",
+                other.id, other.cidr
+            )));
+        }
+        let id = self.ids.id("subnet");
+        let subnet = Subnet {
+            id: id.clone(),
+            cidr,
+            az: self.vpc.az.clone(),
+            tags: Tags::new(),
+            index: self.subnets.len(),
+            space: AddressSpace::new(cidr),
+        };
+        self.subnets.insert(id.clone(), subnet);
+        Ok(id)
+    }
+
+    /// Launches an instance with a primary ENI (device 0, DeleteOnTermination) in `subnet_id`.
+    pub fn launch_instance(
+        &mut self,
+        instance_type: &str,
+        subnet_id: &str,
+        now_ms: u64,
+    ) -> Result<String, ModelError> {
+        self.limits(instance_type)?;
+        let eni_id = self
+            .create_eni(
+                CreateEni {
+                    subnet_id: subnet_id.to_string(),
+                    ..CreateEni::default()
+                },
+                now_ms,
+            )?
+            .id
+            .clone();
+        let id = self.ids.id("i");
+        let attachment = Attachment {
+            id: self.ids.id("eni-attach"),
+            instance_id: id.clone(),
+            device_index: 0,
+            network_card_index: 0,
+            delete_on_termination: true,
+            attached_ms: now_ms,
+        };
+        if let Some(eni) = self.enis.get_mut(&eni_id) {
+            eni.description = "Primary network interface".to_string();
+            eni.status = EniStatus::InUse;
+            eni.attachment = Some(attachment);
+        }
+        let instance = Instance {
+            id: id.clone(),
+            instance_type: instance_type.to_string(),
+            subnet_id: subnet_id.to_string(),
+            az: self.vpc.az.clone(),
+            primary_eni: eni_id,
+            image_id: "ami-0123456789abcdef0".to_string(),
+            launched_ms: now_ms,
+            tags: Tags::new(),
+        };
+        self.instances.insert(id.clone(), instance);
+        Ok(id)
+    }
+
+    /// The VPC.
+    pub fn vpc(&self) -> &Vpc {
+        &self.vpc
+    }
+
+    /// Subnets in creation order.
+    pub fn subnets(&self) -> Vec<&Subnet> {
+        let mut v: Vec<&Subnet> = self.subnets.values().collect();
+        v.sort_by_key(|s| s.index);
+        v
+    }
+
+    /// A subnet by id.
+    pub fn subnet(&self, id: &str) -> Result<&Subnet, ModelError> {
+        self.subnets
+            .get(id)
+            .ok_or_else(|| ModelError::SubnetNotFound(vec![id.to_string()]))
+    }
+
+    /// Instances in launch order.
+    pub fn instances(&self) -> Vec<&Instance> {
+        let mut v: Vec<&Instance> = self.instances.values().collect();
+        v.sort_by(|a, b| (a.launched_ms, &a.id).cmp(&(b.launched_ms, &b.id)));
+        v
+    }
+
+    /// An instance by id (`InvalidInstanceID.Malformed` / `.NotFound` otherwise).
+    pub fn instance(&self, id: &str) -> Result<&Instance, ModelError> {
+        if !well_formed(id, "i") {
+            return Err(ModelError::InstanceMalformed(id.to_string()));
+        }
+        self.instances
+            .get(id)
+            .ok_or_else(|| ModelError::InstanceNotFound(vec![id.to_string()]))
+    }
+
+    /// All ENIs, ordered by id.
+    pub fn enis(&self) -> impl Iterator<Item = &Eni> {
+        self.enis.values()
+    }
+
+    /// An ENI by id (`InvalidNetworkInterfaceID.Malformed` / `.NotFound` otherwise).
+    pub fn eni(&self, id: &str) -> Result<&Eni, ModelError> {
+        if !well_formed(id, "eni") {
+            return Err(ModelError::EniMalformed(id.to_string()));
+        }
+        self.enis
+            .get(id)
+            .ok_or_else(|| ModelError::EniNotFound(vec![id.to_string()]))
+    }
+
+    fn eni_mut(&mut self, id: &str) -> Result<&mut Eni, ModelError> {
+        self.eni(id)?;
+        self.enis
+            .get_mut(id)
+            .ok_or_else(|| ModelError::EniNotFound(vec![id.to_string()]))
+    }
+
+    /// ENIs attached to `instance_id`, by device index.
+    pub fn enis_of(&self, instance_id: &str) -> Vec<&Eni> {
+        let mut v: Vec<&Eni> = self
+            .enis
+            .values()
+            .filter(|e| {
+                e.attachment
+                    .as_ref()
+                    .is_some_and(|a| a.instance_id == instance_id)
+            })
+            .collect();
+        v.sort_by_key(|e| e.attachment.as_ref().map(|a| a.device_index));
+        v
+    }
+
+    /// Fresh random hex (request ids, tokens).
+    pub fn random_hex(&mut self, n: usize) -> String {
+        self.ids.hex(n)
+    }
+
+    /// Whether `ip` is assigned anywhere in the VPC.
+    pub fn address_in_use(&self, ip: Ipv4Addr) -> bool {
+        self.subnets.values().any(|s| s.space.in_use(ip))
+    }
+
+    /// Everything, for `GET /_sim/state`.
+    pub fn snapshot(&self) -> Snapshot<'_> {
+        Snapshot {
+            vpc: &self.vpc,
+            subnets: self
+                .subnets()
+                .into_iter()
+                .map(|s| SubnetSnapshot {
+                    subnet: s,
+                    available_ip_address_count: s.available_ip_address_count(),
+                    router: s.router(),
+                })
+                .collect(),
+            instances: self.instances(),
+            enis: self.enis.values().collect(),
+        }
+    }
+}
+
+/// Serializable view of the whole model.
+#[derive(Debug, Serialize)]
+pub struct Snapshot<'a> {
+    /// The VPC.
+    pub vpc: &'a Vpc,
+    /// Subnets with their free counts.
+    pub subnets: Vec<SubnetSnapshot<'a>>,
+    /// Instances.
+    pub instances: Vec<&'a Instance>,
+    /// ENIs.
+    pub enis: Vec<&'a Eni>,
+}
+
+/// A subnet plus derived figures.
+#[derive(Debug, Serialize)]
+pub struct SubnetSnapshot<'a> {
+    /// The subnet.
+    #[serde(flatten)]
+    pub subnet: &'a Subnet,
+    /// Free addresses.
+    pub available_ip_address_count: u32,
+    /// Router address.
+    pub router: Ipv4Addr,
+}

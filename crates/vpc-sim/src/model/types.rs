@@ -1,0 +1,180 @@
+//! The resources the model holds.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use ipnetwork::Ipv4Network;
+use serde::Serialize;
+
+use super::alloc::AddressSpace;
+
+/// Key -> value tags of a resource.
+pub type Tags = BTreeMap<String, String>;
+
+/// The VPC (one per simulator).
+#[derive(Debug, Clone, Serialize)]
+pub struct Vpc {
+    /// `vpc-...`.
+    pub id: String,
+    /// Its IPv4 CIDR.
+    pub cidr: Ipv4Network,
+    /// Region name, e.g. `us-west-2`.
+    pub region: String,
+    /// The one availability zone, e.g. `us-west-2a`.
+    pub az: String,
+    /// Account that owns everything.
+    pub owner_id: String,
+    /// The VPC's default security group (`sg-...`), the only one there is.
+    pub default_security_group: String,
+    /// Tags.
+    pub tags: Tags,
+}
+
+/// A subnet and its address bookkeeping.
+#[derive(Debug, Clone, Serialize)]
+pub struct Subnet {
+    /// `subnet-...`.
+    pub id: String,
+    /// Its IPv4 CIDR, inside the VPC's.
+    pub cidr: Ipv4Network,
+    /// Availability zone.
+    pub az: String,
+    /// Tags.
+    pub tags: Tags,
+    /// Creation order, so listings are stable and "the first subnet" means something.
+    pub index: usize,
+    #[serde(skip)]
+    pub(crate) space: AddressSpace,
+}
+
+impl Subnet {
+    /// Free addresses left, as DescribeSubnets reports them.
+    pub fn available_ip_address_count(&self) -> u32 {
+        self.space.available()
+    }
+
+    /// The router address (.1), the default gateway of everything in the subnet.
+    pub fn router(&self) -> Ipv4Addr {
+        self.space.router()
+    }
+}
+
+/// A running instance.
+#[derive(Debug, Clone, Serialize)]
+pub struct Instance {
+    /// `i-...`.
+    pub id: String,
+    /// e.g. `t3.medium`.
+    pub instance_type: String,
+    /// Subnet of the primary ENI.
+    pub subnet_id: String,
+    /// Availability zone.
+    pub az: String,
+    /// Its primary ENI (device 0).
+    pub primary_eni: String,
+    /// `ami-...`.
+    pub image_id: String,
+    /// Launch time, ms since the epoch.
+    pub launched_ms: u64,
+    /// Tags.
+    pub tags: Tags,
+}
+
+/// ENI status as EC2 spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EniStatus {
+    /// Not attached.
+    Available,
+    /// Attached to an instance.
+    InUse,
+}
+
+impl EniStatus {
+    /// EC2's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Available => "available",
+            Self::InUse => "in-use",
+        }
+    }
+}
+
+/// A value with the time EC2 made it so (what the IMDS lag is measured from).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Stamped<T> {
+    /// The value.
+    pub value: T,
+    /// When it was assigned, ms since the epoch.
+    pub at_ms: u64,
+}
+
+/// An ENI's attachment to an instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Attachment {
+    /// `eni-attach-...`.
+    pub id: String,
+    /// The instance.
+    pub instance_id: String,
+    /// Device index (0 = primary).
+    pub device_index: u32,
+    /// Network card (always 0 for now).
+    pub network_card_index: u32,
+    /// Delete the ENI when the instance terminates.
+    pub delete_on_termination: bool,
+    /// When it was attached, ms since the epoch.
+    pub attached_ms: u64,
+}
+
+impl Attachment {
+    /// Attachment status as EC2 spells it (attach and detach complete at once here).
+    pub fn status(&self) -> &'static str {
+        "attached"
+    }
+}
+
+/// An elastic network interface.
+#[derive(Debug, Clone, Serialize)]
+pub struct Eni {
+    /// `eni-...`.
+    pub id: String,
+    /// `02:..` MAC.
+    pub mac: String,
+    /// Subnet.
+    pub subnet_id: String,
+    /// VPC.
+    pub vpc_id: String,
+    /// Availability zone.
+    pub az: String,
+    /// Free text.
+    pub description: String,
+    /// available / in-use.
+    pub status: EniStatus,
+    /// Tags.
+    pub tags: Tags,
+    /// Primary private address.
+    pub primary_ip: Ipv4Addr,
+    /// Secondary private addresses, in assignment order.
+    pub secondary_ips: Vec<Stamped<Ipv4Addr>>,
+    /// Delegated /28 prefixes, in assignment order.
+    pub prefixes: Vec<Stamped<Ipv4Network>>,
+    /// Attachment, when attached.
+    pub attachment: Option<Attachment>,
+    /// Security group ids.
+    pub security_groups: Vec<String>,
+    /// Creation time, ms since the epoch.
+    pub created_ms: u64,
+}
+
+impl Eni {
+    /// IPv4 slots in use: the primary, each secondary, and one per prefix (EC2 counts a prefix as
+    /// one address against the per-ENI limit).
+    pub fn ipv4_slots(&self) -> u32 {
+        1 + self.secondary_ips.len() as u32 + self.prefixes.len() as u32
+    }
+
+    /// Every private address: primary first, then secondaries.
+    pub fn private_ips(&self) -> impl Iterator<Item = Ipv4Addr> + '_ {
+        std::iter::once(self.primary_ip).chain(self.secondary_ips.iter().map(|s| s.value))
+    }
+}

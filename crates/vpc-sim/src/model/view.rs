@@ -1,0 +1,122 @@
+//! What an instance's IMDS shows: the model as of `lag` ago.
+//!
+//! Real IMDS is eventually consistent: an attachment or a new address shows up there seconds
+//! after EC2 reported it. Every such change carries the time EC2 made it, so the lag is a filter
+//! applied when reading, not a delay anyone waits for. Whatever existed at launch is visible at
+//! once. Removals (detach, unassign) show immediately.
+
+use std::net::Ipv4Addr;
+
+use ipnetwork::Ipv4Network;
+
+use super::{ACCOUNT_ID, Model};
+
+/// One instance as IMDS shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceView {
+    /// `i-...`.
+    pub instance_id: String,
+    /// Type.
+    pub instance_type: String,
+    /// `ami-...`.
+    pub image_id: String,
+    /// AZ.
+    pub az: String,
+    /// Region.
+    pub region: String,
+    /// Primary ENI's primary address.
+    pub primary_ip: Ipv4Addr,
+    /// Primary ENI's MAC.
+    pub primary_mac: String,
+    /// Launch time, ms since the epoch.
+    pub launched_ms: u64,
+    /// Owner account.
+    pub account_id: String,
+    /// Visible interfaces by device number.
+    pub interfaces: Vec<InterfaceView>,
+}
+
+/// One interface under `network/interfaces/macs/<mac>/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterfaceView {
+    /// MAC.
+    pub mac: String,
+    /// `eni-...`.
+    pub eni_id: String,
+    /// Device index.
+    pub device_number: u32,
+    /// Network card.
+    pub network_card: u32,
+    /// Subnet.
+    pub subnet_id: String,
+    /// Subnet CIDR.
+    pub subnet_cidr: Ipv4Network,
+    /// VPC.
+    pub vpc_id: String,
+    /// VPC CIDR.
+    pub vpc_cidr: Ipv4Network,
+    /// Visible private addresses, primary first.
+    pub ipv4s: Vec<Ipv4Addr>,
+    /// Visible prefixes.
+    pub prefixes: Vec<Ipv4Network>,
+    /// Security groups.
+    pub security_groups: Vec<String>,
+}
+
+impl Model {
+    /// The IMDS view of `instance_id` at `now_ms` with `lag_ms` of propagation delay; `None` when
+    /// the instance does not exist.
+    pub fn imds_view(&self, instance_id: &str, now_ms: u64, lag_ms: u64) -> Option<InstanceView> {
+        let inst = self.instances.get(instance_id)?;
+        let primary = self.enis.get(&inst.primary_eni)?;
+        let visible = |at: u64| at <= inst.launched_ms || at.saturating_add(lag_ms) <= now_ms;
+        let interfaces = self
+            .enis_of(instance_id)
+            .into_iter()
+            .filter_map(|eni| {
+                let att = eni.attachment.as_ref()?;
+                if !visible(att.attached_ms) {
+                    return None;
+                }
+                let subnet = self.subnets.get(&eni.subnet_id)?;
+                let mut ipv4s = vec![eni.primary_ip];
+                ipv4s.extend(
+                    eni.secondary_ips
+                        .iter()
+                        .filter(|s| visible(s.at_ms))
+                        .map(|s| s.value),
+                );
+                Some(InterfaceView {
+                    mac: eni.mac.clone(),
+                    eni_id: eni.id.clone(),
+                    device_number: att.device_index,
+                    network_card: att.network_card_index,
+                    subnet_id: subnet.id.clone(),
+                    subnet_cidr: subnet.cidr,
+                    vpc_id: self.vpc.id.clone(),
+                    vpc_cidr: self.vpc.cidr,
+                    ipv4s,
+                    prefixes: eni
+                        .prefixes
+                        .iter()
+                        .filter(|s| visible(s.at_ms))
+                        .map(|s| s.value)
+                        .collect(),
+                    security_groups: eni.security_groups.clone(),
+                })
+            })
+            .collect();
+        Some(InstanceView {
+            instance_id: inst.id.clone(),
+            instance_type: inst.instance_type.clone(),
+            image_id: inst.image_id.clone(),
+            az: inst.az.clone(),
+            region: self.vpc.region.clone(),
+            primary_ip: primary.primary_ip,
+            primary_mac: primary.mac.clone(),
+            launched_ms: inst.launched_ms,
+            account_id: ACCOUNT_ID.to_string(),
+            interfaces,
+        })
+    }
+}

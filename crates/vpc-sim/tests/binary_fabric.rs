@@ -1,0 +1,155 @@
+//! The `vpc-sim` binary in fabric mode: namespaces, eth0, IMDS at 169.254.169.254 inside the
+//! node, EC2 on the node's loopback, and full cleanup on SIGTERM. Needs root.
+
+mod common;
+
+use std::net::TcpStream;
+use std::process::Command;
+
+use common::{SimProcess, host_port, http, unique};
+use vpc_sim::netns;
+
+fn ip(args: &[&str]) -> String {
+    let out = Command::new("ip").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn our_namespaces(prefix: &str) -> Vec<String> {
+    ip(&["netns", "list"])
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&format!("{prefix}-")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Deletes any namespace left with our prefix (only ever ours: the prefix is unique).
+struct NsGuard(String);
+
+impl Drop for NsGuard {
+    fn drop(&mut self) {
+        for ns in our_namespaces(&self.0) {
+            let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+        }
+    }
+}
+
+/// One request from inside namespace `ns` to `addr`.
+fn http_in(
+    ns: &str,
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let target = addr.to_string();
+    let stream = netns::run_in(ns, move || TcpStream::connect(&target))
+        .unwrap()
+        .unwrap();
+    http(stream, method, addr, path, headers, body)
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn fabric_mode_builds_the_node_and_removes_everything() {
+    let name = format!("vst{}", unique());
+    let _guard = NsGuard(name.clone());
+    for round in 0..2 {
+        // The second round checks that the same name works again after a clean shutdown.
+        let mut sim = SimProcess::start(&name, &["--mode", "fabric", "--nodes", "1"]);
+        let f = sim.wait_ready();
+        let node = f.nodes[0].clone();
+        let ns = node.netns.clone().unwrap();
+        assert_eq!(ns, format!("{name}-node1"));
+        assert_eq!(f.vpc_netns.as_deref(), Some(format!("{name}-vpc").as_str()));
+        let mut expected = vec![format!("{name}-node1"), format!("{name}-vpc")];
+        expected.sort();
+        let mut present = our_namespaces(&name);
+        present.sort();
+        assert_eq!(present, expected, "round {round}");
+
+        let link = ip(&["-n", &ns, "-o", "link", "show", "eth0"]);
+        assert!(link.contains(&format!("link/ether {}", node.mac)), "{link}");
+        assert!(link.contains("mtu 9001"), "{link}");
+        assert!(link.contains("state UP"), "{link}");
+        let addr = ip(&["-n", &ns, "-4", "-o", "addr", "show", "dev", "eth0"]);
+        assert!(
+            addr.contains(&format!("inet {}/24", node.primary_ip)),
+            "{addr}"
+        );
+        let route = ip(&["-n", &ns, "route", "show", "default"]);
+        assert!(route.contains("default via 10.0.0.1 dev eth0"), "{route}");
+        let lo = ip(&["-n", &ns, "-4", "-o", "addr", "show", "dev", "lo"]);
+        assert!(lo.contains("169.254.169.254/32"), "{lo}");
+
+        assert_eq!(node.imds_endpoint, "http://169.254.169.254");
+        let (status, token) = http_in(
+            &ns,
+            "169.254.169.254:80",
+            "PUT",
+            "/latest/api/token",
+            &[("X-aws-ec2-metadata-token-ttl-seconds", "60")],
+            "",
+        );
+        assert_eq!(status, 200, "{token}");
+        let (status, id) = http_in(
+            &ns,
+            "169.254.169.254:80",
+            "GET",
+            "/latest/meta-data/instance-id",
+            &[("X-aws-ec2-metadata-token", &token)],
+            "",
+        );
+        assert_eq!((status, id.as_str()), (200, node.instance_id.as_str()));
+
+        let ec2 = host_port(&node.ec2_endpoint);
+        let (status, body) = http_in(
+            &ns,
+            &ec2,
+            "POST",
+            "/",
+            &[("Content-Type", "application/x-www-form-urlencoded")],
+            "Action=DescribeSubnets&Version=2016-11-15",
+        );
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains(&f.subnets[0].id), "{body}");
+
+        let status = sim.terminate();
+        assert!(status.success(), "exit {status}:\n{}", sim.log());
+        assert!(
+            our_namespaces(&name).is_empty(),
+            "left behind: {:?}\n{}",
+            our_namespaces(&name),
+            sim.log()
+        );
+        assert!(
+            sim.log().contains(&format!("removed netns {name}-vpc")),
+            "{}",
+            sim.log()
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn fabric_mode_refuses_an_existing_namespace_and_leaves_it_alone() {
+    let name = format!("vst{}", unique());
+    let _guard = NsGuard(name.clone());
+    let squatter = format!("{name}-node1");
+    ip(&["netns", "add", &squatter]);
+    let mut sim = SimProcess::start(&name, &["--mode", "fabric"]);
+    let status = sim.wait_exit();
+    assert!(!status.success());
+    assert!(sim.log().contains("already exists"), "{}", sim.log());
+    assert_eq!(
+        our_namespaces(&name),
+        vec![squatter],
+        "created nothing, deleted nothing"
+    );
+}

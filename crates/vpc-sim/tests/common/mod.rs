@@ -1,0 +1,405 @@
+//! Shared test helpers: an in-process harness, an XML tree for assertions, raw HTTP.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, Response};
+use cloud::limits::InstanceLimits;
+use quick_xml::events::Event;
+use tower::ServiceExt;
+use vpc_sim::Sim;
+use vpc_sim::clock::ManualClock;
+use vpc_sim::model::{Model, Topology};
+use vpc_sim::rand::Rng;
+use vpc_sim::{ec2, imds};
+
+/// Start of time in the harness.
+pub const T0: u64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+
+/// An element with its text and children.
+#[derive(Debug, Clone, Default)]
+pub struct Node {
+    pub name: String,
+    pub attrs: Vec<(String, String)>,
+    pub text: String,
+    pub children: Vec<Node>,
+}
+
+impl Node {
+    pub fn child(&self, name: &str) -> Option<&Node> {
+        self.children.iter().find(|c| c.name == name)
+    }
+
+    /// Follows `a/b/c`; panics with the available names when a step is missing.
+    pub fn at(&self, path: &str) -> &Node {
+        let mut n = self;
+        for step in path.split('/') {
+            n = n
+                .child(step)
+                .unwrap_or_else(|| panic!("no <{step}> under <{}>; has {:?}", n.name, n.names()));
+        }
+        n
+    }
+
+    pub fn text_at(&self, path: &str) -> &str {
+        &self.at(path).text
+    }
+
+    /// The `<item>` children of the set at `path`.
+    pub fn items(&self, path: &str) -> Vec<&Node> {
+        self.at(path)
+            .children
+            .iter()
+            .filter(|c| c.name == "item")
+            .collect()
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.children.iter().map(|c| c.name.as_str()).collect()
+    }
+}
+
+/// Parses a document into its root element.
+pub fn parse_xml(xml: &str) -> Node {
+    let mut reader = quick_xml::Reader::from_str(xml);
+    let mut stack: Vec<Node> = vec![Node::default()];
+    loop {
+        match reader.read_event().expect("well-formed XML") {
+            Event::Start(e) => {
+                let attrs = e
+                    .attributes()
+                    .map(|a| {
+                        let a = a.unwrap();
+                        (
+                            String::from_utf8(a.key.as_ref().to_vec()).unwrap(),
+                            String::from_utf8(a.value.to_vec()).unwrap(),
+                        )
+                    })
+                    .collect();
+                stack.push(Node {
+                    name: String::from_utf8(e.name().as_ref().to_vec()).unwrap(),
+                    attrs,
+                    ..Default::default()
+                });
+            }
+            Event::Empty(e) => {
+                let node = Node {
+                    name: String::from_utf8(e.name().as_ref().to_vec()).unwrap(),
+                    ..Default::default()
+                };
+                stack.last_mut().unwrap().children.push(node);
+            }
+            Event::End(_) => {
+                let done = stack.pop().unwrap();
+                stack.last_mut().unwrap().children.push(done);
+            }
+            Event::Text(t) => stack
+                .last_mut()
+                .unwrap()
+                .text
+                .push_str(&t.decode().unwrap()),
+            Event::GeneralRef(r) => {
+                let name = r.decode().unwrap();
+                let c = match name.as_ref() {
+                    "lt" => '<',
+                    "gt" => '>',
+                    "amp" => '&',
+                    "quot" => '"',
+                    "apos" => '\'',
+                    other => panic!("unexpected entity {other}"),
+                };
+                stack.last_mut().unwrap().text.push(c);
+            }
+            Event::Eof => break,
+            _ => {}
+        }
+    }
+    stack
+        .pop()
+        .unwrap()
+        .children
+        .into_iter()
+        .next()
+        .expect("a root element")
+}
+
+/// The extra instance type every harness knows: 4 ENIs x 10 addresses.
+pub fn sim_big() -> (String, InstanceLimits) {
+    (
+        "sim.big".to_string(),
+        InstanceLimits {
+            max_enis: 4,
+            ipv4_per_eni: 10,
+            nitro: true,
+            bare_metal: false,
+            network_cards: 1,
+        },
+    )
+}
+
+pub fn topology(instance_type: &str, subnets: &[&str], nodes: usize) -> Topology {
+    Topology {
+        vpc_cidr: "10.0.0.0/16".parse().unwrap(),
+        region: "us-west-2".into(),
+        subnets: subnets.iter().map(|s| s.parse().unwrap()).collect(),
+        nodes,
+        instance_type: instance_type.into(),
+        extra_types: vec![sim_big()],
+    }
+}
+
+/// A simulator driven in-process with a hand-moved clock.
+pub struct Harness {
+    pub sim: Arc<Sim>,
+    pub clock: Arc<ManualClock>,
+    pub ec2: Router,
+}
+
+impl Harness {
+    pub fn new(t: Topology, lag_ms: u64) -> Self {
+        let clock = Arc::new(ManualClock::new(T0));
+        let model = Model::build(&t, Rng::seeded(7), T0).unwrap();
+        let sim = Arc::new(Sim::new(model, clock.clone(), lag_ms));
+        let ec2 = ec2::router(sim.clone());
+        Self { sim, clock, ec2 }
+    }
+
+    /// One t3.medium node in 10.0.0.0/24, no lag.
+    pub fn basic() -> Self {
+        Self::new(topology("t3.medium", &["10.0.0.0/24"], 1), 0)
+    }
+
+    pub fn instance(&self, idx: usize) -> (String, String) {
+        let m = self.sim.model();
+        let i = m.instances()[idx];
+        (i.id.clone(), i.primary_eni.clone())
+    }
+
+    pub fn subnet(&self, idx: usize) -> String {
+        self.sim.model().subnets()[idx].id.clone()
+    }
+
+    /// Sends an EC2 Query call; returns the status, parsed body and the raw response parts.
+    pub async fn call(&self, pairs: &[(&str, &str)]) -> Reply {
+        let mut form = form_urlencoded::Serializer::new(String::new());
+        form.append_pair("Version", "2016-11-15");
+        for (k, v) in pairs {
+            form.append_pair(k, v);
+        }
+        let req = Request::post("/")
+            .header("content-type", "application/x-www-form-urlencoded; charset=utf-8")
+            .header("authorization", "AWS4-HMAC-SHA256 Credential=AKIA/20260101/us-west-2/ec2/aws4_request, SignedHeaders=host, Signature=00")
+            .body(Body::from(form.finish()))
+            .unwrap();
+        Reply::from(self.ec2.clone().oneshot(req).await.unwrap()).await
+    }
+
+    /// Sends an EC2 call expected to succeed; returns its root element.
+    pub async fn ok(&self, pairs: &[(&str, &str)]) -> Node {
+        let r = self.call(pairs).await;
+        assert_eq!(r.status, 200, "{pairs:?} -> {}", r.body);
+        r.xml()
+    }
+
+    /// Sends an EC2 call expected to fail; returns (code, message) after checking the shape.
+    pub async fn err(&self, pairs: &[(&str, &str)]) -> (String, String) {
+        let r = self.call(pairs).await;
+        assert_eq!(r.status, 400, "{pairs:?} -> {}", r.body);
+        assert!(
+            r.body.starts_with(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>"
+            ),
+            "{}",
+            r.body
+        );
+        let x = r.xml();
+        assert_eq!(x.name, "Response");
+        assert!(!x.text_at("RequestID").is_empty());
+        let e = x.at("Errors/Error");
+        (
+            e.text_at("Code").to_string(),
+            e.text_at("Message").to_string(),
+        )
+    }
+
+    pub fn imds(&self, instance_id: &str) -> Router {
+        imds::router(self.sim.clone(), instance_id.to_string())
+    }
+}
+
+pub struct Reply {
+    pub status: u16,
+    pub headers: axum::http::HeaderMap,
+    pub body: String,
+}
+
+impl Reply {
+    pub async fn from(resp: Response<Body>) -> Self {
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 24)
+            .await
+            .unwrap();
+        Self {
+            status,
+            headers,
+            body: String::from_utf8(bytes.to_vec()).unwrap(),
+        }
+    }
+
+    pub fn xml(&self) -> Node {
+        parse_xml(&self.body)
+    }
+}
+
+/// Sends one HTTP/1.1 request over a plain socket; returns (status, body).
+pub fn http(
+    stream: TcpStream,
+    method: &str,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let mut stream = stream;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    stream.write_all(req.as_bytes()).unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).unwrap();
+    let status = raw
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// `http://127.0.0.1:PORT` -> `127.0.0.1:PORT`.
+pub fn host_port(endpoint: &str) -> String {
+    endpoint
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string()
+}
+
+/// A unique short token for names: pid + per-process counter.
+pub fn unique() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{}x{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// A running `vpc-sim` binary; killed (and its state dir removed) on drop.
+pub struct SimProcess {
+    pub child: Option<std::process::Child>,
+    pub dir: std::path::PathBuf,
+}
+
+impl SimProcess {
+    /// Starts the binary with `--name NAME --state-dir <fresh dir>` plus `args`.
+    pub fn start(name: &str, args: &[&str]) -> Self {
+        let dir = std::env::temp_dir().join(format!("vpc-sim-test-{}", unique()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = std::fs::File::create(dir.join("stderr.log")).unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_vpc-sim"))
+            .args(["--name", name, "--state-dir"])
+            .arg(&dir)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Self {
+            child: Some(child),
+            dir,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stderr.log")).unwrap_or_default()
+    }
+
+    /// Waits (at most 60 s) for sim.json; panics with the log if the process exits first.
+    pub fn wait_ready(&mut self) -> vpc_sim::simfile::SimFile {
+        for _ in 0..1200 {
+            if let Ok(f) = vpc_sim::simfile::SimFile::read(&self.dir) {
+                return f;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!(
+                    "vpc-sim exited with {status} before it was ready:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("vpc-sim not ready after 60 s:\n{}", self.log());
+    }
+
+    /// Waits (at most 60 s) for the process to exit by itself.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let child = self.child.as_mut().unwrap();
+        for _ in 0..1200 {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("vpc-sim did not exit within 60 s:\n{}", self.log());
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.as_ref().unwrap().id() as i32;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        self.wait_exit()
+    }
+}
+
+impl Drop for SimProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            // SIGTERM first so it can remove its namespaces; SIGKILL if it does not go.
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            for _ in 0..200 {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
