@@ -1,0 +1,418 @@
+//! ipamd's configuration: the Go CNI's environment variables (same names, same defaults) plus
+//! our own. Parsing is a pure function of a variable lookup; a bad value is an error that names
+//! the variable, never a silent fallback to a default.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipnetwork::Ipv4Network;
+use thiserror::Error;
+
+/// A variable with a value ipamd cannot use.
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("{var}={value:?}: {problem}")]
+pub struct ConfigError {
+    /// The variable.
+    pub var: &'static str,
+    /// Its value.
+    pub value: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// Where log lines go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogTarget {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+    /// A file (appended).
+    File(PathBuf),
+}
+
+/// Where an HTTP endpoint listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BindAddress {
+    /// TCP.
+    Tcp(SocketAddr),
+    /// A Unix socket (`unix:<path>`).
+    Unix(PathBuf),
+}
+
+/// Everything ipamd reads from its environment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// `IPAMD_SOCKET`: the plugin's socket.
+    pub socket: PathBuf,
+    /// `IPAMD_STATE_DIR`: the sled state.
+    pub state_dir: PathBuf,
+    /// `IP_COOLDOWN_PERIOD` (seconds).
+    pub ip_cooldown: Duration,
+    /// `WARM_ENI_TARGET`.
+    pub warm_eni_target: u32,
+    /// `WARM_IP_TARGET` (unset = 0).
+    pub warm_ip_target: u32,
+    /// `MINIMUM_IP_TARGET` (unset = 0).
+    pub minimum_ip_target: u32,
+    /// `WARM_PREFIX_TARGET`.
+    pub warm_prefix_target: u32,
+    /// `MAX_ENI` (unset = the instance's limit).
+    pub max_eni: Option<u32>,
+    /// `ENABLE_PREFIX_DELEGATION`.
+    pub prefix_delegation: bool,
+    /// `AWS_VPC_ENI_MTU`.
+    pub eni_mtu: u32,
+    /// `AWS_VPC_K8S_CNI_VETHPREFIX`.
+    pub veth_prefix: String,
+    /// `AWS_VPC_K8S_CNI_EXTERNALSNAT`.
+    pub external_snat: bool,
+    /// `AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS`.
+    pub exclude_snat_cidrs: Vec<Ipv4Network>,
+    /// `CLUSTER_NAME`.
+    pub cluster_name: Option<String>,
+    /// `ADDITIONAL_ENI_TAGS` (a JSON object of strings).
+    pub additional_eni_tags: Vec<(String, String)>,
+    /// `AWS_EC2_ENDPOINT`.
+    pub ec2_endpoint: Option<String>,
+    /// `HTTP_TIMEOUT` (seconds; values under 10 are raised to 10 as the Go CNI does).
+    pub http_timeout: Duration,
+    /// `INTROSPECTION_BIND_ADDRESS`.
+    pub introspection_bind: BindAddress,
+    /// `DISABLE_INTROSPECTION`.
+    pub disable_introspection: bool,
+    /// `METRICS_BIND_ADDRESS`.
+    pub metrics_bind: BindAddress,
+    /// `DISABLE_METRICS`.
+    pub disable_metrics: bool,
+    /// `DISABLE_LEAKED_ENI_CLEANUP`.
+    pub disable_leaked_eni_cleanup: bool,
+    /// `AWS_VPC_K8S_CNI_LOGLEVEL` as a tracing level name.
+    pub log_level: String,
+    /// `AWS_VPC_K8S_CNI_LOG_FILE`.
+    pub log_target: LogTarget,
+}
+
+/// Variables that parse and validate but that this build does not act on yet; ipamd warns when
+/// one is set so nobody believes it took effect.
+pub const NOT_YET_EFFECTIVE: &[&str] = &[
+    "WARM_IP_TARGET",
+    "MINIMUM_IP_TARGET",
+    "WARM_PREFIX_TARGET",
+    "MAX_ENI",
+    "ENABLE_PREFIX_DELEGATION",
+    "AWS_VPC_ENI_MTU",
+    "AWS_VPC_K8S_CNI_EXTERNALSNAT",
+    "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS",
+    "CLUSTER_NAME",
+    "ADDITIONAL_ENI_TAGS",
+    "INTROSPECTION_BIND_ADDRESS",
+    "DISABLE_INTROSPECTION",
+    "METRICS_BIND_ADDRESS",
+    "DISABLE_METRICS",
+    "DISABLE_LEAKED_ENI_CLEANUP",
+];
+
+fn bad(var: &'static str, value: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError {
+        var,
+        value: value.to_string(),
+        problem: problem.into(),
+    }
+}
+
+struct Env<F> {
+    get: F,
+}
+
+impl<F: Fn(&str) -> Option<String>> Env<F> {
+    /// The value, with surrounding blanks removed; an empty value counts as unset.
+    fn raw(&self, var: &'static str) -> Option<String> {
+        (self.get)(var)
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    }
+
+    fn string(&self, var: &'static str, default: &str) -> String {
+        self.raw(var).unwrap_or_else(|| default.to_string())
+    }
+
+    fn uint(&self, var: &'static str, default: u32) -> Result<u32, ConfigError> {
+        match self.raw(var) {
+            None => Ok(default),
+            Some(v) => v
+                .parse()
+                .map_err(|_| bad(var, &v, "expected a whole number of 0 or more")),
+        }
+    }
+
+    /// Go's strconv.ParseBool, which the Go CNI uses.
+    fn boolean(&self, var: &'static str, default: bool) -> Result<bool, ConfigError> {
+        match self.raw(var) {
+            None => Ok(default),
+            Some(v) => match v.as_str() {
+                "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+                "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+                _ => Err(bad(var, &v, "expected true or false")),
+            },
+        }
+    }
+
+    fn bind(&self, var: &'static str, default: &str) -> Result<BindAddress, ConfigError> {
+        let v = self.string(var, default);
+        if let Some(path) = v.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(bad(var, &v, "unix: needs a socket path"));
+            }
+            return Ok(BindAddress::Unix(PathBuf::from(path)));
+        }
+        v.parse()
+            .map(BindAddress::Tcp)
+            .map_err(|_| bad(var, &v, "expected host:port or unix:<path>"))
+    }
+}
+
+impl Config {
+    /// Reads the configuration through `get` (the process environment in production).
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let env = Env { get };
+
+        let socket = PathBuf::from(env.string("IPAMD_SOCKET", ipam_proto::DEFAULT_SOCKET));
+        if !socket.is_absolute() {
+            return Err(bad(
+                "IPAMD_SOCKET",
+                &socket.display().to_string(),
+                "must be an absolute path",
+            ));
+        }
+        let state_dir = PathBuf::from(env.string("IPAMD_STATE_DIR", "/run/vpc-cni/state"));
+        if !state_dir.is_absolute() {
+            return Err(bad(
+                "IPAMD_STATE_DIR",
+                &state_dir.display().to_string(),
+                "must be an absolute path",
+            ));
+        }
+
+        let eni_mtu = env.uint("AWS_VPC_ENI_MTU", 9001)?;
+        if !(576..=9001).contains(&eni_mtu) {
+            return Err(bad(
+                "AWS_VPC_ENI_MTU",
+                &eni_mtu.to_string(),
+                "must be between 576 and 9001",
+            ));
+        }
+
+        let veth_prefix = env.string("AWS_VPC_K8S_CNI_VETHPREFIX", "eni");
+        if veth_prefix.len() > 4 || ["eth", "lo", "vlan"].contains(&veth_prefix.as_str()) {
+            return Err(bad(
+                "AWS_VPC_K8S_CNI_VETHPREFIX",
+                &veth_prefix,
+                "must be at most 4 characters and not eth, lo or vlan",
+            ));
+        }
+
+        let max_eni = match env.raw("MAX_ENI") {
+            None => None,
+            Some(v) => match v.parse::<i64>() {
+                // The Go CNI ignores values under 1.
+                Ok(n) if n < 1 => None,
+                Ok(n) => Some(u32::try_from(n).map_err(|_| bad("MAX_ENI", &v, "too large"))?),
+                Err(_) => {
+                    return Err(bad("MAX_ENI", &v, "expected a whole number"));
+                }
+            },
+        };
+
+        let exclude_snat_cidrs = match env.raw("AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS") {
+            None => Vec::new(),
+            Some(v) => v
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| {
+                    s.parse::<Ipv4Network>().map_err(|_| {
+                        bad(
+                            "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS",
+                            &v,
+                            format!("{s:?} is not an IPv4 CIDR"),
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        };
+
+        let additional_eni_tags = match env.raw("ADDITIONAL_ENI_TAGS") {
+            None => Vec::new(),
+            Some(v) => parse_tags(&v).map_err(|problem| bad("ADDITIONAL_ENI_TAGS", &v, problem))?,
+        };
+
+        let level = env.string("AWS_VPC_K8S_CNI_LOGLEVEL", "DEBUG");
+        let log_level = match level.to_ascii_lowercase().as_str() {
+            "debug" => "debug",
+            "info" => "info",
+            "warn" | "warning" => "warn",
+            "error" | "fatal" => "error",
+            _ => {
+                return Err(bad(
+                    "AWS_VPC_K8S_CNI_LOGLEVEL",
+                    &level,
+                    "expected DEBUG, INFO, WARN, ERROR or FATAL",
+                ));
+            }
+        }
+        .to_string();
+        let log_target = match env
+            .string(
+                "AWS_VPC_K8S_CNI_LOG_FILE",
+                "/var/log/aws-routed-eni/ipamd.log",
+            )
+            .as_str()
+        {
+            "stdout" => LogTarget::Stdout,
+            "stderr" => LogTarget::Stderr,
+            path => LogTarget::File(PathBuf::from(path)),
+        };
+
+        Ok(Config {
+            socket,
+            state_dir,
+            ip_cooldown: Duration::from_secs(env.uint("IP_COOLDOWN_PERIOD", 30)?.into()),
+            warm_eni_target: env.uint("WARM_ENI_TARGET", 1)?,
+            warm_ip_target: env.uint("WARM_IP_TARGET", 0)?,
+            minimum_ip_target: env.uint("MINIMUM_IP_TARGET", 0)?,
+            warm_prefix_target: env.uint("WARM_PREFIX_TARGET", 0)?,
+            max_eni,
+            prefix_delegation: env.boolean("ENABLE_PREFIX_DELEGATION", false)?,
+            eni_mtu,
+            veth_prefix,
+            external_snat: env.boolean("AWS_VPC_K8S_CNI_EXTERNALSNAT", false)?,
+            exclude_snat_cidrs,
+            cluster_name: env.raw("CLUSTER_NAME"),
+            additional_eni_tags,
+            ec2_endpoint: env.raw("AWS_EC2_ENDPOINT"),
+            http_timeout: Duration::from_secs(env.uint("HTTP_TIMEOUT", 10)?.max(10).into()),
+            introspection_bind: env.bind("INTROSPECTION_BIND_ADDRESS", "127.0.0.1:61679")?,
+            disable_introspection: env.boolean("DISABLE_INTROSPECTION", false)?,
+            metrics_bind: env.bind("METRICS_BIND_ADDRESS", "0.0.0.0:61678")?,
+            disable_metrics: env.boolean("DISABLE_METRICS", false)?,
+            disable_leaked_eni_cleanup: env.boolean("DISABLE_LEAKED_ENI_CLEANUP", false)?,
+            log_level,
+            log_target,
+        })
+    }
+}
+
+fn parse_tags(v: &str) -> Result<Vec<(String, String)>, String> {
+    let map: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(v).map_err(|e| format!("expected a JSON object of strings: {e}"))?;
+    let mut tags = Vec::new();
+    for (k, v) in map {
+        let serde_json::Value::String(v) = v else {
+            return Err(format!("tag {k:?} must have a string value"));
+        };
+        tags.push((k, v));
+    }
+    Ok(tags)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn parse(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_env(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_are_the_go_cnis_and_ours() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.socket, PathBuf::from("/run/vpc-cni/ipamd.sock"));
+        assert_eq!(c.state_dir, PathBuf::from("/run/vpc-cni/state"));
+        assert_eq!(c.ip_cooldown, Duration::from_secs(30));
+        assert_eq!(
+            (c.warm_eni_target, c.warm_ip_target, c.max_eni),
+            (1, 0, None)
+        );
+        assert_eq!((c.eni_mtu, c.veth_prefix.as_str()), (9001, "eni"));
+        assert_eq!(
+            c.introspection_bind,
+            BindAddress::Tcp("127.0.0.1:61679".parse().unwrap())
+        );
+        assert_eq!(
+            c.metrics_bind,
+            BindAddress::Tcp("0.0.0.0:61678".parse().unwrap())
+        );
+        assert_eq!(c.http_timeout, Duration::from_secs(10));
+        assert_eq!(
+            c.log_target,
+            LogTarget::File("/var/log/aws-routed-eni/ipamd.log".into())
+        );
+    }
+
+    #[test]
+    fn values_are_read() {
+        let c = parse(&[
+            ("IP_COOLDOWN_PERIOD", "5"),
+            ("WARM_ENI_TARGET", "2"),
+            ("MAX_ENI", "0"),
+            ("ENABLE_PREFIX_DELEGATION", "True"),
+            (
+                "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS",
+                "10.1.0.0/16, 192.168.0.0/24",
+            ),
+            ("ADDITIONAL_ENI_TAGS", r#"{"team":"net"}"#),
+            ("INTROSPECTION_BIND_ADDRESS", "unix:/run/x.sock"),
+            ("AWS_VPC_K8S_CNI_LOG_FILE", "stderr"),
+            ("HTTP_TIMEOUT", "3"),
+        ])
+        .unwrap();
+        assert_eq!(c.ip_cooldown, Duration::from_secs(5));
+        assert_eq!(c.warm_eni_target, 2);
+        assert_eq!(
+            c.max_eni, None,
+            "MAX_ENI under 1 is ignored, as the Go CNI does"
+        );
+        assert!(c.prefix_delegation);
+        assert_eq!(c.exclude_snat_cidrs.len(), 2);
+        assert_eq!(c.additional_eni_tags, vec![("team".into(), "net".into())]);
+        assert_eq!(
+            c.introspection_bind,
+            BindAddress::Unix("/run/x.sock".into())
+        );
+        assert_eq!(c.log_target, LogTarget::Stderr);
+        assert_eq!(c.http_timeout, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_bad_value_names_its_variable() {
+        for (var, value) in [
+            ("IP_COOLDOWN_PERIOD", "-1"),
+            ("WARM_ENI_TARGET", "lots"),
+            ("MAX_ENI", "two"),
+            ("ENABLE_PREFIX_DELEGATION", "yes"),
+            ("AWS_VPC_ENI_MTU", "100"),
+            ("AWS_VPC_K8S_CNI_VETHPREFIX", "toolong"),
+            ("AWS_VPC_K8S_CNI_VETHPREFIX", "eth"),
+            ("AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS", "10.0.0.0/8,nope"),
+            ("ADDITIONAL_ENI_TAGS", "{\"a\":1}"),
+            ("ADDITIONAL_ENI_TAGS", "[]"),
+            ("INTROSPECTION_BIND_ADDRESS", "localhost"),
+            ("METRICS_BIND_ADDRESS", "unix:"),
+            ("AWS_VPC_K8S_CNI_LOGLEVEL", "loud"),
+            ("IPAMD_SOCKET", "relative.sock"),
+            ("IPAMD_STATE_DIR", "state"),
+        ] {
+            let err = parse(&[(var, value)]).unwrap_err();
+            assert_eq!(err.var, var, "{err}");
+            assert!(err.to_string().starts_with(&format!("{var}=")), "{err}");
+        }
+    }
+}

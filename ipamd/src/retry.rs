@@ -1,0 +1,40 @@
+//! Bounded retry of cloud calls that failed for a passing reason.
+
+use std::future::Future;
+use std::time::Duration;
+
+use cloud::{CloudError, CloudErrorKind};
+use tracing::warn;
+
+/// Attempts in all, and the first pause (doubling each time): about 6 s of waiting at most.
+const ATTEMPTS: u32 = 5;
+const FIRST_PAUSE: Duration = Duration::from_millis(200);
+
+/// Runs `call` until it succeeds, fails for a reason retrying cannot fix, or has been tried
+/// [`ATTEMPTS`] times; throttling and unreachable services are retried with doubling pauses.
+pub async fn retry_transient<T, F, Fut>(what: &str, mut call: F) -> Result<T, CloudError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, CloudError>>,
+{
+    let mut pause = FIRST_PAUSE;
+    let mut attempt = 1;
+    loop {
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(e)
+                if attempt < ATTEMPTS
+                    && matches!(
+                        e.kind,
+                        CloudErrorKind::Throttled | CloudErrorKind::Unavailable
+                    ) =>
+            {
+                warn!(call = what, attempt, error = %e, "retrying");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! The plugin's Unix socket: mode 0600, only peers with the allowed uid (root), one JSON frame
+//! per line, bounded in size and in time so a stuck or hostile client cannot hold ipamd.
+
+use std::fs;
+use std::future::Future;
+use std::io;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipam_proto::{DaemonError, ErrorKind, FrameError, MAX_FRAME_BYTES, Reply, Request};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tracing::{debug, warn};
+
+/// A client gets this long to send each frame before the connection is closed.
+pub const FRAME_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Answers requests.
+pub trait Handler: Send + Sync + 'static {
+    /// One request.
+    fn handle(&self, req: Request) -> impl Future<Output = Result<Reply, DaemonError>> + Send;
+}
+
+impl<E, I, S> Handler for crate::daemon::Daemon<E, I, S>
+where
+    E: cloud::Ec2,
+    I: cloud::Imds,
+    S: pool::StateStore + 'static,
+{
+    fn handle(&self, req: Request) -> impl Future<Output = Result<Reply, DaemonError>> + Send {
+        crate::daemon::Daemon::handle(self, req)
+    }
+}
+
+/// Binds the socket: creates its directory, replaces a stale socket (never another kind of
+/// file), and restricts it to its owner.
+pub fn bind(path: &Path) -> io::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => fs::remove_file(path)?,
+        Ok(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ));
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let listener = UnixListener::bind(path)?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// Serves connections until `shutdown` completes.
+pub async fn serve<H: Handler>(
+    listener: UnixListener,
+    handler: Arc<H>,
+    allowed_uid: u32,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let handler = Arc::clone(&handler);
+                    tokio::spawn(async move {
+                        if let Err(e) = connection(stream, handler, allowed_uid).await {
+                            debug!(error = %e, "plugin connection ended with an error");
+                        }
+                    });
+                }
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+        }
+    }
+}
+
+async fn read_frame<R: tokio::io::AsyncBufRead + Unpin>(
+    reader: &mut R,
+) -> Result<Option<Vec<u8>>, FrameError> {
+    let mut buf = Vec::with_capacity(512);
+    (&mut *reader)
+        .take((MAX_FRAME_BYTES + 1) as u64)
+        .read_until(b'\n', &mut buf)
+        .await?;
+    match buf.last() {
+        None => Ok(None),
+        Some(b'\n') => {
+            buf.pop();
+            Ok(Some(buf))
+        }
+        Some(_) if buf.len() > MAX_FRAME_BYTES => Err(FrameError::TooLong),
+        Some(_) => Err(FrameError::Truncated(buf.len())),
+    }
+}
+
+async fn connection<H: Handler>(
+    stream: UnixStream,
+    handler: Arc<H>,
+    allowed_uid: u32,
+) -> io::Result<()> {
+    let (read, mut write) = stream.into_split();
+    let uid = read.as_ref().peer_cred()?.uid();
+    if uid != allowed_uid {
+        warn!(uid, "refused a connection from a non-root peer");
+        let err = DaemonError::new(
+            ErrorKind::Forbidden,
+            format!("uid {uid} may not use ipamd's socket"),
+        );
+        return write.write_all(&ipam_proto::encode_reply(&Err(err))).await;
+    }
+    let mut reader = BufReader::new(read);
+    loop {
+        let frame = match tokio::time::timeout(FRAME_TIMEOUT, read_frame(&mut reader)).await {
+            Err(_) => return Ok(()),
+            Ok(Ok(None)) => return Ok(()),
+            Ok(Ok(Some(frame))) => frame,
+            Ok(Err(FrameError::Io(e))) => return Err(e),
+            Ok(Err(e)) => {
+                // Too long or cut short: answer once, then drop the connection, since the rest
+                // of the stream cannot be trusted to be framed.
+                let err = DaemonError::new(ErrorKind::BadRequest, e.to_string());
+                return write.write_all(&ipam_proto::encode_reply(&Err(err))).await;
+            }
+        };
+        let reply = match ipam_proto::decode_request(&frame) {
+            Ok(req) => handler.handle(req).await,
+            Err(e) => {
+                warn!(error = %e.message, "bad request on ipamd's socket");
+                Err(e)
+            }
+        };
+        write.write_all(&ipam_proto::encode_reply(&reply)).await?;
+    }
+}
