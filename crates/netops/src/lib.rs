@@ -38,4 +38,6 @@ pub use names::{
 };
 pub use pod::{POD_GATEWAY, PRIO_FROM_POD, PRIO_TO_POD, PodSpec, PodWiring, setup_pod};
 pub use socket::Netlink;
-pub use teardown::{TeardownReport, is_pod_rule, teardown_container, teardown_host};
+pub use teardown::{
+    TeardownReport, is_pod_rule, routed_elsewhere, teardown_container, teardown_host,
+};

@@ -41,6 +41,27 @@ pub fn is_pod_rule(rule: &Rule, ip: Ipv4Addr) -> bool {
     plain && (to_pod || from_pod)
 }
 
+/// True when `ip` is routed on the host to a link other than `host_veth`: another pod holds
+/// the address now, so rules for `ip` are not ours to delete. A late DEL that knows the address
+/// only from its `prevResult` must check this first: the address may have been released,
+/// cooled down and handed to a new pod since. The kernel drops a route with its link, so an
+/// existing `<ip>/32` route always leads to a live link.
+pub fn routed_elsewhere(host: &Netlink, ip: Ipv4Addr, host_veth: Option<&str>) -> Result<bool> {
+    let dst = host_prefix(ip);
+    let Some(route) = host
+        .routes(RT_TABLE_MAIN)?
+        .into_iter()
+        .find(|r| r.dst == dst)
+    else {
+        return Ok(false);
+    };
+    let ours = match host_veth {
+        Some(name) => host.link_by_name(name)?.map(|l| l.index),
+        None => None,
+    };
+    Ok(ours.is_none() || route.oif != ours)
+}
+
 /// Removes the host side of a pod with address `ip`: its rules, its `<ip>/32` route in main
 /// and, when named and present, its host veth (which takes the pod end with it).
 ///

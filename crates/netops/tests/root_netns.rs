@@ -9,7 +9,7 @@ use std::path::Path;
 
 use netops::{
     CheckError, Error, ExpectedPod, Netlink, PodSpec, PodWiring, RT_TABLE_MAIN, check_pod,
-    format_mac, setup_pod, teardown_container, teardown_host,
+    format_mac, routed_elsewhere, setup_pod, teardown_container, teardown_host,
 };
 use support::{NsPair, count, run};
 
@@ -454,5 +454,29 @@ fn low_level_ops_report_kernel_errors_and_find_links_by_mac() {
             format!("default via 10.0.0.1 dev {VETH}"),
             format!("10.0.0.1 dev {VETH} scope link"),
         ]
+    );
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn routed_elsewhere_tells_whose_address_it_is() {
+    let ns = NsPair::new();
+    setup(&ns, RT_TABLE_MAIN);
+    let host = ns.host_nl();
+    assert!(
+        !routed_elsewhere(&host, IP, Some(VETH)).unwrap(),
+        "routed to our veth"
+    );
+    assert!(
+        routed_elsewhere(&host, IP, Some("enigone0000000")).unwrap(),
+        "our veth is gone"
+    );
+    assert!(
+        routed_elsewhere(&host, IP, None).unwrap(),
+        "nothing to tell it is ours"
+    );
+    assert!(
+        !routed_elsewhere(&host, Ipv4Addr::new(10, 0, 0, 99), Some(VETH)).unwrap(),
+        "not routed"
     );
 }
