@@ -1,0 +1,130 @@
+//! Which host-side veth name an attachment gets.
+//!
+//! The name must be the same at ADD, DEL, CHECK and GC time, computed from what each of them
+//! knows (CNI_ARGS, or the pod identity ipamd recorded at ADD), so every caller goes through
+//! [`host_veth_name`].
+
+use ipam_proto::Allocation;
+
+/// The interface name Kubernetes runtimes ask for; the only one the Go CNI names by pod alone.
+pub const DEFAULT_IFNAME: &str = "eth0";
+
+/// The host veth name of the attachment `(container_id, ifname)` of pod
+/// `pod_namespace/pod_name` (either may be empty when the runtime did not say).
+///
+/// - Pod name known, `ifname` is `eth0`: `veth_name(prefix, namespace, pod)`, i.e. prefix +
+///   11 hex chars of SHA-1("<namespace>.<pod>"), exactly as the Go AWS VPC CNI and Calico
+///   name it, so node tooling, habits and `ip link` output carry over.
+/// - Pod name known, another `ifname` (a second attachment of the same pod, e.g. through
+///   Multus): the pod part becomes `"<pod>.<ifname>"`, in the spirit of the Go CNI's
+///   `"<pod>.<i>"` for extra interfaces. Without it both attachments would get the same name
+///   and wiring the second would delete the first one's veth as "stale".
+/// - Pod name unknown (cnitool, podman and other non-Kubernetes callers send no `CNI_ARGS`):
+///   SHA-1("<container id>.<ifname>"). Hashing a constant instead would give every such
+///   container the same veth name, and each ADD would tear down the previous container's
+///   link; the container id is unique per sandbox, so these names never collide.
+pub fn host_veth_name(
+    prefix: &str,
+    pod_namespace: &str,
+    pod_name: &str,
+    container_id: &str,
+    ifname: &str,
+) -> String {
+    if pod_name.is_empty() {
+        return netops::veth_name(prefix, container_id, ifname);
+    }
+    if ifname == DEFAULT_IFNAME {
+        netops::veth_name(prefix, pod_namespace, pod_name)
+    } else {
+        netops::veth_name(prefix, pod_namespace, &format!("{pod_name}.{ifname}"))
+    }
+}
+
+/// [`host_veth_name`] for an allocation ipamd reports (DEL, GC): it carries the pod identity
+/// and attachment key the ADD was made with.
+pub fn allocation_veth_name(prefix: &str, allocation: &Allocation) -> String {
+    host_veth_name(
+        prefix,
+        &allocation.pod.namespace,
+        &allocation.pod.name,
+        &allocation.key.container_id,
+        &allocation.key.ifname,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use ipam_proto::{AttachmentKey, MAIN_TABLE, PodMeta};
+
+    use super::*;
+
+    #[test]
+    fn kubernetes_pods_get_the_go_cni_name() {
+        // `printf default.nginx | sha1sum` = c440f455693b69cdd48a37aa5ecd78038f50413d
+        assert_eq!(
+            host_veth_name("eni", "default", "nginx", "abc123", "eth0"),
+            "enic440f455693"
+        );
+        // The container id does not matter for a known pod: a restarted sandbox keeps its name.
+        assert_eq!(
+            host_veth_name("eni", "default", "nginx", "other", "eth0"),
+            "enic440f455693"
+        );
+    }
+
+    #[test]
+    fn a_second_interface_of_a_pod_gets_its_own_name() {
+        let eth0 = host_veth_name("eni", "default", "nginx", "c1", "eth0");
+        let net1 = host_veth_name("eni", "default", "nginx", "c1", "net1");
+        assert_ne!(eth0, net1);
+        assert_eq!(net1, netops::veth_name("eni", "default", "nginx.net1"));
+    }
+
+    #[test]
+    fn without_a_pod_name_the_container_id_and_ifname_are_hashed() {
+        // `printf c0ffee.eth0 | sha1sum` = 3e52eb8f9f86bf39757e78f0a10e895bf12b14f1
+        let name = host_veth_name("eni", "", "", "c0ffee", "eth0");
+        assert_eq!(name, "eni3e52eb8f9f8");
+        // Different containers, or the same container on another interface, never collide.
+        assert_ne!(name, host_veth_name("eni", "", "", "c0ffef", "eth0"));
+        assert_ne!(name, host_veth_name("eni", "", "", "c0ffee", "eth1"));
+        // A namespace alone (no pod name) does not switch to the pod scheme.
+        assert_eq!(name, host_veth_name("eni", "default", "", "c0ffee", "eth0"));
+    }
+
+    #[test]
+    fn the_prefix_is_kept_and_names_fit_the_kernel_limit() {
+        let name = host_veth_name("veth", "kube-system", "coredns-1", "c", "eth0");
+        assert!(name.starts_with("veth"));
+        assert_eq!(name.len(), 15);
+    }
+
+    #[test]
+    fn allocations_name_their_veth_like_the_add_did() {
+        let allocation = Allocation {
+            key: AttachmentKey {
+                network: "aws-cni".into(),
+                container_id: "abc".into(),
+                ifname: "eth0".into(),
+            },
+            pod: PodMeta {
+                namespace: "default".into(),
+                name: "nginx".into(),
+                ..Default::default()
+            },
+            ip: "10.0.0.9".parse().unwrap(),
+            eni_id: "eni-1".into(),
+            device_number: 0,
+            route_table: MAIN_TABLE,
+        };
+        assert_eq!(allocation_veth_name("eni", &allocation), "enic440f455693");
+        let anonymous = Allocation {
+            pod: PodMeta::default(),
+            ..allocation
+        };
+        assert_eq!(
+            allocation_veth_name("eni", &anonymous),
+            host_veth_name("eni", "", "", "abc", "eth0")
+        );
+    }
+}

@@ -1,0 +1,113 @@
+//! ADD: an address from ipamd, then the pod's veth, routes and host rules.
+
+use std::path::Path;
+
+use cni::{CniError, CniResult};
+use ipam_proto::{AddRequest, Allocation, Client, DelReason, DelRequest};
+use netops::{Netlink, PodSpec, setup_pod};
+use tracing::{error, info, warn};
+
+use super::Attachment;
+use crate::errors::add_failed;
+use crate::result::{Wired, add_result};
+
+/// A wiring step that failed, for the error message.
+struct SetupFailure {
+    step: &'static str,
+    error: netops::Error,
+}
+
+fn step(step: &'static str) -> impl FnOnce(netops::Error) -> SetupFailure {
+    move |error| SetupFailure { step, error }
+}
+
+/// ADD: asks ipamd for the attachment's address, wires the pod and returns the result; when
+/// wiring fails the address goes back to ipamd (reason `SetupFailed`) and the error names the
+/// step that failed.
+pub fn run(att: &Attachment, client: &Client) -> Result<CniResult, CniError> {
+    let request = AddRequest {
+        key: att.key.clone(),
+        pod: att.pod.clone(),
+        netns: att.netns().to_owned(),
+    };
+    let allocation = client
+        .add(request)
+        .map_err(|e| {
+            let err = add_failed(&e);
+            error!("{}", err.msg);
+            err
+        })?
+        .allocation;
+    info!(
+        "ipamd assigned {} (ENI {}, device {}, table {}) to {}",
+        allocation.ip, allocation.eni_id, allocation.device_number, allocation.route_table, att.key
+    );
+
+    match wire(att, &allocation) {
+        Ok(wired) => {
+            info!(
+                "wired {} on {} in {} to host veth {}",
+                allocation.ip, wired.container_ifname, wired.netns, wired.host_veth
+            );
+            Ok(add_result(att.conf.prev_result.clone(), &wired))
+        }
+        Err(SetupFailure { step, error }) => {
+            // setup_pod has already removed what it created; hand the address back so it
+            // does not sit assigned to a pod that has no network.
+            let released = release(att, client, &allocation);
+            let err = CniError::internal(format!(
+                "failed to set up the pod network ({step}): {error}"
+            ))
+            .with_details(released);
+            error!("{}; {}", err.msg, err.details);
+            Err(err)
+        }
+    }
+}
+
+fn wire(att: &Attachment, allocation: &Allocation) -> Result<Wired, SetupFailure> {
+    let netns = att.netns();
+    let host = Netlink::current().map_err(step("open netlink in the node namespace"))?;
+    let pod =
+        Netlink::in_netns(Path::new(netns)).map_err(step("open the pod network namespace"))?;
+    let spec = PodSpec {
+        host_veth: att.host_veth.clone(),
+        container_ifname: att.inv.ifname.clone(),
+        ip: allocation.ip,
+        mtu: att.conf.mtu,
+        route_table: allocation.route_table,
+    };
+    let wiring = setup_pod(&host, &pod, &spec).map_err(step("wire the pod"))?;
+    Ok(Wired {
+        host_veth: spec.host_veth,
+        host_mac: wiring.host_mac,
+        container_ifname: spec.container_ifname,
+        container_mac: wiring.container_mac,
+        netns: netns.to_owned(),
+        ip: allocation.ip,
+        mtu: spec.mtu,
+    })
+}
+
+/// Best effort DEL with reason `SetupFailed`; says what happened, for the error's details.
+fn release(att: &Attachment, client: &Client, allocation: &Allocation) -> String {
+    let request = DelRequest {
+        key: att.key.clone(),
+        pod: att.pod.clone(),
+        reason: DelReason::SetupFailed,
+    };
+    match client.del(request) {
+        Ok(_) => format!("address {} returned to ipamd", allocation.ip),
+        Err(e) => {
+            warn!(
+                "could not return {} to ipamd after the failed setup: {e}",
+                allocation.ip
+            );
+            format!(
+                "address {} could not be returned to ipamd ({e}); the runtime's DEL or ipamd's \
+                 reconciliation will release it",
+                allocation.ip
+            )
+        }
+    }
+}

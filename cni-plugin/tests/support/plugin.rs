@@ -1,0 +1,174 @@
+//! Runs the real `vpc-cni` binary with a CNI environment and stdin, as a runtime would.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_vpc-cni");
+
+/// The network name every test conf uses.
+pub const NETWORK: &str = "aws-cni";
+
+/// A request config for our plugin.
+pub fn conf(version: &str, socket: &str, extra: Value) -> String {
+    let mut conf = json!({
+        "cniVersion": version,
+        "name": NETWORK,
+        "type": "vpc-cni",
+        "ipamdSocket": socket,
+    });
+    for (k, v) in extra.as_object().expect("extra keys as an object") {
+        conf[k] = v.clone();
+    }
+    conf.to_string()
+}
+
+/// One invocation of the plugin.
+pub struct Call {
+    vars: BTreeMap<String, String>,
+    stdin: Vec<u8>,
+    node: Option<String>,
+}
+
+impl Call {
+    /// `CNI_COMMAND` (and `CNI_PATH`, as runtimes always set it) only.
+    pub fn new(command: &str) -> Self {
+        let mut vars = BTreeMap::new();
+        vars.insert("CNI_COMMAND".into(), command.into());
+        vars.insert("CNI_PATH".into(), "/opt/cni/bin".into());
+        Call {
+            vars,
+            stdin: Vec::new(),
+            node: None,
+        }
+    }
+
+    /// ADD/DEL/CHECK of `(container, ifname)`; an empty `netns` leaves `CNI_NETNS` unset.
+    pub fn attachment(command: &str, container: &str, netns: &str, ifname: &str) -> Self {
+        let call = Self::new(command)
+            .var("CNI_CONTAINERID", container)
+            .var("CNI_IFNAME", ifname);
+        if netns.is_empty() {
+            call
+        } else {
+            call.var("CNI_NETNS", netns)
+        }
+    }
+
+    pub fn var(mut self, key: &str, value: &str) -> Self {
+        self.vars.insert(key.into(), value.into());
+        self
+    }
+
+    pub fn unset(mut self, key: &str) -> Self {
+        self.vars.remove(key);
+        self
+    }
+
+    /// Kubernetes pod args, as containerd sends them.
+    pub fn pod(self, namespace: &str, name: &str) -> Self {
+        let args = format!(
+            "K8S_POD_INFRA_CONTAINER_ID=infra;K8S_POD_UID=uid-1;IgnoreUnknown=1;\
+             K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={name}"
+        );
+        self.var("CNI_ARGS", &args)
+    }
+
+    pub fn stdin(mut self, data: impl Into<Vec<u8>>) -> Self {
+        self.stdin = data.into();
+        self
+    }
+
+    /// Runs the plugin with `ip netns exec <node>`, so the node namespace is its own.
+    pub fn in_node(mut self, node: &str) -> Self {
+        self.node = Some(node.into());
+        self
+    }
+
+    pub fn run(self) -> Outcome {
+        let mut cmd = match &self.node {
+            None => Command::new(BIN),
+            Some(node) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", node, BIN]);
+                c
+            }
+        };
+        cmd.env_clear()
+            .envs(&self.vars)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(path) = std::env::var_os("PATH") {
+            // For `ip` itself; the plugin does not use PATH.
+            cmd.env("PATH", path);
+        }
+        let mut child = cmd.spawn().expect("spawn vpc-cni");
+        let mut stdin = child.stdin.take().expect("stdin");
+        // The plugin may exit without reading (VERSION), like skel: ignore EPIPE.
+        let _ = stdin.write_all(&self.stdin);
+        drop(stdin);
+        let out = child.wait_with_output().expect("wait for vpc-cni");
+        let outcome = Outcome {
+            code: out.status.code().expect("exited, not killed"),
+            stdout: String::from_utf8(out.stdout).expect("stdout is UTF-8"),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        };
+        outcome.assert_stdout_clean();
+        outcome
+    }
+}
+
+/// What the plugin did.
+#[derive(Debug)]
+pub struct Outcome {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Outcome {
+    /// stdout is empty or exactly one JSON object on one line: nothing else may go there.
+    pub fn assert_stdout_clean(&self) {
+        if self.stdout.is_empty() {
+            return;
+        }
+        assert!(
+            self.stdout.ends_with('\n') && self.stdout.matches('\n').count() == 1,
+            "stdout must be one JSON line: {:?}",
+            self.stdout
+        );
+        let v: Value = serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?}", self.stdout));
+        assert!(v.is_object(), "stdout is not a JSON object: {v}");
+    }
+
+    /// Exit 0; returns stdout as JSON (`Null` when empty).
+    pub fn ok(&self) -> Value {
+        assert_eq!(self.code, 0, "expected success: {self:#?}");
+        if self.stdout.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&self.stdout).unwrap()
+        }
+    }
+
+    /// Exit 0 with nothing on stdout (DEL, CHECK, STATUS, GC).
+    pub fn ok_silent(&self) {
+        assert_eq!(self.ok(), Value::Null, "{self:#?}");
+    }
+
+    /// Exit 1 with a CNI error of `code` whose message contains `needle`; returns the error.
+    pub fn error(&self, code: u64, needle: &str) -> Value {
+        assert_eq!(self.code, 1, "expected failure: {self:#?}");
+        let err: Value = serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("error is not JSON ({e}): {self:#?}"));
+        assert_eq!(err["code"], code, "{err}\n{}", self.stderr);
+        let msg = err["msg"].as_str().expect("msg is a string");
+        assert!(msg.contains(needle), "{msg:?} lacks {needle:?}");
+        err
+    }
+}
