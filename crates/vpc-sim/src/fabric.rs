@@ -242,8 +242,11 @@ impl<R: Runner> Fabric<R> {
         let ns = n.netns.as_str();
         self.add_netns(ns)?;
         self.link_up(ns, "lo")?;
-        let imds = Ipv4Network::new(IMDS_ADDR, 32).map_err(|e| FabricError::Plan(e.to_string()))?;
-        self.add_addr(ns, imds, "lo")?;
+        // Host scope: reachable from the node itself, never chosen as the source of the node's
+        // own packets (on EC2 those leave from the primary address).
+        self.runner.run(&argv(&[
+            "ip", "-n", ns, "addr", "add", &format!("{IMDS_ADDR}/32"), "dev", "lo", "scope", "host",
+        ]))?;
         self.add_veth_into(vpc, &n.vpc_side, "eth0", ns)?;
         self.set_mtu(vpc, &n.vpc_side, ENI_MTU)?;
         self.set_master(vpc, &n.vpc_side, &n.bridge)?;
@@ -448,7 +451,7 @@ mod tests {
                 plan.nodes[0].mac
             ))
         );
-        pos(&format!("ip -n {n1} addr add 169.254.169.254/32 dev lo"));
+        pos(&format!("ip -n {n1} addr add 169.254.169.254/32 dev lo scope host"));
         pos(&format!("ip -n {n1} link set eth0 mtu 9001"));
         pos(&format!("ip -n {n1} route add default via 10.0.0.1"));
         pos(&format!(
