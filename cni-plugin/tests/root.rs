@@ -391,3 +391,45 @@ fn a_late_del_leaves_the_new_owner_of_the_address_alone() {
     );
     assert!(ns.ping_from_node(IP));
 }
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn a_repeated_add_keeps_the_pod_and_never_releases_its_address() {
+    let ns = Namespaces::new();
+    let ipamd = FakeIpamd::pool(ip(), 254);
+    let first = add(&ns, &ipamd, "again", "1.1.0");
+    // Wired already: the same result, MACs included, and nothing touched.
+    assert_eq!(add(&ns, &ipamd, "again", "1.1.0"), first);
+    assert!(ns.ping_from_node(IP));
+
+    // Damaged by hand: a repeated ADD wires the pod again.
+    ns.ip_pod(&["route", "del", "default"]);
+    let rewired = add(&ns, &ipamd, "again", "1.1.0");
+    assert_eq!(rewired["ips"], first["ips"]);
+    assert!(ns.ping_from_node(IP));
+
+    // A repeated ADD that cannot wire fails, but the address stays with the attachment.
+    let out = call(
+        "ADD",
+        &ns,
+        "again",
+        "/run/netns/vc-no-such-netns",
+        conf("1.1.0", &ipamd.path_str(), json!({})),
+    );
+    let err = out.error(999, "open the pod network namespace");
+    assert!(
+        err["details"].as_str().unwrap_or("").contains("stays with"),
+        "{err}"
+    );
+    let releases = ipamd
+        .requests()
+        .iter()
+        .filter(|r| matches!(r, Request::Del(_)))
+        .count();
+    assert_eq!(
+        releases,
+        0,
+        "no DEL may reach ipamd: {:?}",
+        ipamd.requests()
+    );
+}

@@ -402,9 +402,10 @@ impl<E: Ec2, I: Imds, S: StateStore + 'static> Daemon<E, I, S> {
         let now = self.clock.now();
         let outcome = {
             let mut pool = lock(&self.pool);
+            let existing = pool.get(&key).is_some();
             match pool.assign(&key, &convert::pod(&r.pod, &r.netns), now) {
                 Ok((allocated, muts)) => match self.durable.apply(&muts) {
-                    Ok(seq) => Ok((allocated, seq)),
+                    Ok(seq) => Ok((allocated, existing, seq)),
                     Err(e) => {
                         // Nothing reached the store: take the assignment back.
                         pool.unassign_unused(&key);
@@ -414,14 +415,16 @@ impl<E: Ec2, I: Imds, S: StateStore + 'static> Daemon<E, I, S> {
                 Err(e) => Err(e),
             }
         };
-        let (allocated, seq) = match outcome {
+        let (allocated, existing, seq) = match outcome {
             Ok(ok) => ok,
             Err(e) => return Err(self.no_address(&key, e, now)),
         };
         if let Err(e) = self.persist(seq).await {
-            let mut pool = lock(&self.pool);
-            if let Some(m) = pool.unassign_unused(&key) {
-                let _ = self.durable.apply(&m);
+            if !existing {
+                let mut pool = lock(&self.pool);
+                if let Some(m) = pool.unassign_unused(&key) {
+                    let _ = self.durable.apply(&m);
+                }
             }
             return Err(e);
         }
@@ -432,6 +435,7 @@ impl<E: Ec2, I: Imds, S: StateStore + 'static> Daemon<E, I, S> {
         );
         Ok(Reply::Add(proto::AddReply {
             allocation: convert::allocation(&allocated),
+            existing,
         }))
     }
 

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use cni::{CniError, CniResult};
 use ipam_proto::{AddRequest, Allocation, Client, DelReason, DelRequest};
-use netops::{Netlink, PodSpec, setup_pod};
+use netops::{ExpectedPod, Netlink, PodSpec, check_pod, setup_pod};
 use tracing::{error, info, warn};
 
 use super::Attachment;
@@ -21,28 +21,44 @@ fn step(step: &'static str) -> impl FnOnce(netops::Error) -> SetupFailure {
     move |error| SetupFailure { step, error }
 }
 
-/// ADD: asks ipamd for the attachment's address, wires the pod and returns the result; when
-/// wiring fails the address goes back to ipamd (reason `SetupFailed`) and the error names the
-/// step that failed.
+/// ADD: asks ipamd for the attachment's address, wires the pod and returns the result.
+///
+/// A repeated ADD of the same attachment gets the same address back from ipamd; if the pod is
+/// already wired exactly as it should be, the result is returned without touching anything,
+/// otherwise the pod is wired again. When wiring fails the error names the step, and an address
+/// ipamd gave out for this ADD goes back to it (reason `SetupFailed`); an address the
+/// attachment already held is kept, since a pod may be using it.
 pub fn run(att: &Attachment, client: &Client) -> Result<CniResult, CniError> {
     let request = AddRequest {
         key: att.key.clone(),
         pod: att.pod.clone(),
         netns: att.netns().to_owned(),
     };
-    let allocation = client
-        .add(request)
-        .map_err(|e| {
-            let err = add_failed(&e);
-            error!("{}", err.msg);
-            err
-        })?
-        .allocation;
+    let reply = client.add(request).map_err(|e| {
+        let err = add_failed(&e);
+        error!("{}", err.msg);
+        err
+    })?;
+    let allocation = reply.allocation;
     info!(
-        "ipamd assigned {} (ENI {}, device {}, table {}) to {}",
-        allocation.ip, allocation.eni_id, allocation.device_number, allocation.route_table, att.key
+        "ipamd assigned {} (ENI {}, device {}, table {}{}) to {}",
+        allocation.ip,
+        allocation.eni_id,
+        allocation.device_number,
+        allocation.route_table,
+        if reply.existing { ", held already" } else { "" },
+        att.key
     );
 
+    if reply.existing {
+        if let Some(wired) = already_wired(att, &allocation) {
+            info!(
+                "{} is already wired for {}: nothing to change",
+                allocation.ip, att.key
+            );
+            return Ok(add_result(att.conf.prev_result.clone(), &wired));
+        }
+    }
     match wire(att, &allocation) {
         Ok(wired) => {
             info!(
@@ -52,17 +68,53 @@ pub fn run(att: &Attachment, client: &Client) -> Result<CniResult, CniError> {
             Ok(add_result(att.conf.prev_result.clone(), &wired))
         }
         Err(SetupFailure { step, error }) => {
-            // setup_pod has already removed what it created; hand the address back so it
-            // does not sit assigned to a pod that has no network.
-            let released = release(att, client, &allocation);
+            // setup_pod has already removed what it created.
+            let details = if reply.existing {
+                format!(
+                    "address {} stays with {}, which held it before this ADD",
+                    allocation.ip, att.key
+                )
+            } else {
+                release(att, client, &allocation)
+            };
             let err = CniError::internal(format!(
                 "failed to set up the pod network ({step}): {error}"
             ))
-            .with_details(released);
+            .with_details(details);
             error!("{}; {}", err.msg, err.details);
             Err(err)
         }
     }
+}
+
+/// The wiring of a repeated ADD, when the pod already has exactly what this ADD would create.
+fn already_wired(att: &Attachment, allocation: &Allocation) -> Option<Wired> {
+    let host = Netlink::current().ok()?;
+    let pod = Netlink::in_netns(Path::new(att.netns())).ok()?;
+    let expected = ExpectedPod {
+        container_ifname: att.inv.ifname.clone(),
+        host_veth: att.host_veth.clone(),
+        ip: allocation.ip,
+        route_table: allocation.route_table,
+        container_mac: None,
+        host_mac: None,
+    };
+    if let Err(e) = check_pod(&host, &pod, &expected) {
+        info!(
+            "repeated ADD of {}: wiring differs, wiring again ({e})",
+            att.key
+        );
+        return None;
+    }
+    Some(Wired {
+        host_mac: host.link_by_name(&att.host_veth).ok()??.mac?,
+        container_mac: pod.link_by_name(&att.inv.ifname).ok()??.mac?,
+        host_veth: att.host_veth.clone(),
+        container_ifname: att.inv.ifname.clone(),
+        netns: att.netns().to_owned(),
+        ip: allocation.ip,
+        mtu: att.conf.mtu,
+    })
 }
 
 fn wire(att: &Attachment, allocation: &Allocation) -> Result<Wired, SetupFailure> {

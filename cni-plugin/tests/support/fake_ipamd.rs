@@ -68,6 +68,7 @@ impl FakeIpamd {
         let mut next = u32::from(first_ip);
         Self::start(move |req| match req {
             Request::Add(add) => {
+                let existing = held.contains_key(&add.key);
                 let allocation = held.entry(add.key.clone()).or_insert_with(|| {
                     let ip = Ipv4Addr::from(next);
                     next += 1;
@@ -86,6 +87,7 @@ impl FakeIpamd {
                 });
                 Ok(Reply::Add(AddReply {
                     allocation: allocation.clone(),
+                    existing,
                 }))
             }
             Request::Del(del) => Ok(Reply::Del(DelReply {

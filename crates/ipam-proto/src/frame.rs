@@ -239,6 +239,7 @@ mod tests {
         let replies = [
             Ok(Reply::Add(AddReply {
                 allocation: allocation(),
+                existing: true,
             })),
             Ok(Reply::Del(DelReply { released: None })),
             Ok(Reply::Check(CheckReply {

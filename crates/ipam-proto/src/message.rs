@@ -150,6 +150,10 @@ pub enum Reply {
 pub struct AddReply {
     /// The allocation (the existing one when the same attachment was added before).
     pub allocation: Allocation,
+    /// The attachment held this address before this ADD (a repeated ADD). The plugin must not
+    /// hand such an address back when its wiring fails: a pod may be using it.
+    #[serde(default)]
+    pub existing: bool,
 }
 
 /// What was released.

@@ -71,12 +71,14 @@ pub(crate) fn host_prefix(ip: Ipv4Addr) -> Ipv4Network {
 /// created so far is removed and the original error is returned.
 pub fn setup_pod(host: &Netlink, pod: &Netlink, spec: &PodSpec) -> Result<PodWiring> {
     validate(spec)?;
+    // The host veth name belongs to this pod: a leftover one is this pod's earlier wiring, and
+    // deleting it removes its pod end too, so a repeated ADD re-wires instead of failing.
+    remove_stale_host_veth(host, &spec.host_veth)?;
     if pod.link_by_name(&spec.container_ifname)?.is_some() {
         return Err(Error::ContainerIfaceExists {
             name: spec.container_ifname.clone(),
         });
     }
-    remove_stale_host_veth(host, &spec.host_veth)?;
     let in_use: HashSet<[u8; 6]> = host.links()?.into_iter().filter_map(|l| l.mac).collect();
     let host_mac = random_mac(|mac| in_use.contains(mac))?;
 
