@@ -1,0 +1,102 @@
+//! ipamd killed and restarted, and ipamd away during DEL.
+
+mod common;
+
+use common::*;
+use e2e::{VpcBox, conf, require_root};
+use serde_json::json;
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn sigkill_and_restart_keep_every_assignment_and_cooldown() {
+    require_root();
+    // A long cooldown so that "still cooling after the restart" cannot be an accident of timing.
+    let vbox = VpcBox::up(&["--ipamd-env", "IP_COOLDOWN_PERIOD=600"]);
+    let node = vbox.node(1);
+    let socket = node.ipamd_socket.clone();
+    let c = conf("1.1.0", &socket, json!({}));
+    let pods: Vec<_> = (0..3).map(|_| vbox.pod(1)).collect();
+    let results: Vec<_> = pods
+        .iter()
+        .map(|p| p.cni("ADD").stdin(c.clone()).run().ok())
+        .collect();
+    // The third pod goes away: its address cools down.
+    pods[2]
+        .cni("DEL")
+        .stdin(conf("1.1.0", &socket, json!({ "prevResult": results[2] })))
+        .run()
+        .ok_silent();
+    let before = vbox.status(1);
+    assert_eq!(
+        (before.pool.total, before.pool.assigned, before.pool.cooling),
+        (5, 2, 1)
+    );
+
+    vbox.stop_ipamd(1, true);
+    let pid = vbox.start_ipamd(1);
+    assert_ne!(pid, node.ipamd_pid);
+
+    let after = vbox.status(1);
+    assert_eq!(after.pool, before.pool, "the pool came back exactly");
+    // Live pods: ipamd still holds their addresses, and their wiring checks out.
+    for (pod, result) in pods.iter().zip(&results).take(2) {
+        pod.cni("CHECK")
+            .stdin(conf("1.1.0", &socket, json!({ "prevResult": result })))
+            .run()
+            .ok_silent();
+        assert!(pod.ping_from_node(&pod_ip(result)));
+    }
+    // The two never-used addresses go to new pods; the cooling one is not handed out.
+    let cooling = pod_ip(&results[2]);
+    let newcomers: Vec<_> = (0..3).map(|_| vbox.pod(1)).collect();
+    for pod in &newcomers[..2] {
+        let ip = pod_ip(&pod.cni("ADD").stdin(c.clone()).run().ok());
+        assert_ne!(
+            ip, cooling,
+            "a cooling address was handed out after the restart"
+        );
+    }
+    newcomers[2].cni("ADD").stdin(c).run().error(11, "cooling");
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn del_succeeds_and_cleans_the_host_while_ipamd_is_down() {
+    require_root();
+    let vbox = VpcBox::up(&[]);
+    let node = vbox.node(1);
+    let socket = node.ipamd_socket.clone();
+    let pod = vbox.pod(1);
+    let result = pod
+        .cni("ADD")
+        .stdin(conf("1.1.0", &socket, json!({})))
+        .run()
+        .ok();
+    let (ip, veth) = (pod_ip(&result), host_veth(&result));
+
+    vbox.stop_ipamd(1, false);
+    let out = pod
+        .cni("DEL")
+        .stdin(conf("1.1.0", &socket, json!({ "prevResult": result })))
+        .run();
+    out.ok_silent();
+    assert!(
+        out.stderr.contains("Handled pod teardown using prevResult"),
+        "{}",
+        out.stderr
+    );
+    assert_host_clean(&node.netns, &ip, &veth);
+    // The second, bare DEL of containerd also succeeds with ipamd away.
+    pod.cni("DEL")
+        .env("CNI_NETNS", "")
+        .stdin(conf("1.1.0", &socket, json!({})))
+        .run()
+        .ok_silent();
+
+    // ipamd missed the DEL; when back, the runtime's GC hands the address back.
+    vbox.start_ipamd(1);
+    assert_eq!(vbox.status(1).pool.assigned, 1);
+    let gc = conf("1.1.0", &socket, json!({ "cni.dev/valid-attachments": [] }));
+    e2e::Cni::new("GC", node).stdin(gc).run().ok_silent();
+    assert_eq!(vbox.status(1).pool.assigned, 0);
+}
