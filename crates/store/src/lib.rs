@@ -9,12 +9,16 @@ use std::fs;
 use std::net::Ipv4Addr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use pool::{EniInfo, Mutation, PersistedAddr, PersistedState, StateStore};
 use thiserror::Error;
 
 /// Written once into a new store; a store with another marker is refused.
 pub const SCHEMA: &str = "vpc-cni-state/1";
+
+/// How long [`SledStore::open`] waits for the database's lock.
+const LOCK_WAIT: Duration = Duration::from_secs(3);
 
 /// Upper bound of sled's page cache.
 const CACHE_BYTES: u64 = 4 << 20;
@@ -74,13 +78,7 @@ impl SledStore {
         fs::create_dir_all(dir).map_err(|e| open_err(e.into()))?;
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
             .map_err(|e| open_err(e.into()))?;
-        // sled's default page cache may grow to 1 GiB; the pool's state is a few kilobytes and
-        // ipamd has to stay small.
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(CACHE_BYTES)
-            .open()
-            .map_err(|e| open_err(e.into()))?;
+        let db = open_db(dir).map_err(|e| open_err(e.into()))?;
         match db.get(SCHEMA_KEY)? {
             Some(found) if found.as_ref() != SCHEMA.as_bytes() => {
                 return Err(StoreError::Schema {
@@ -103,6 +101,36 @@ impl SledStore {
     /// The state directory.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// Opens the database, waiting up to [`LOCK_WAIT`] for its file lock: sled releases the lock
+/// from a background thread after the last handle is dropped, and a previous ipamd may still be
+/// exiting, so a held lock is usually a matter of milliseconds.
+fn open_db(dir: &Path) -> Result<sled::Db, sled::Error> {
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        // sled's default page cache may grow to 1 GiB; the pool's state is a few kilobytes and
+        // ipamd has to stay small.
+        match sled::Config::new()
+            .path(dir)
+            .cache_capacity(CACHE_BYTES)
+            .open()
+        {
+            // sled reports a held lock only in the message of an I/O error.
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("could not acquire lock")
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
+                return Err(sled::Error::Io(std::io::Error::other(format!(
+                    "{e}; is another ipamd using this state directory?"
+                ))));
+            }
+            other => return other,
+        }
     }
 }
 
@@ -276,6 +304,17 @@ mod tests {
             .unwrap();
         let err = store.load().unwrap_err();
         assert!(err.to_string().contains("eni/eni-bad"), "{err}");
+    }
+
+    #[test]
+    fn a_held_lock_is_waited_for_and_then_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = SledStore::open(dir.path()).unwrap();
+        let err = SledStore::open(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("another ipamd"), "{err}");
+        drop(first);
+        // Released by sled's background thread shortly after the drop.
+        SledStore::open(dir.path()).expect("reopened once the lock is free");
     }
 
     #[test]
