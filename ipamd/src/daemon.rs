@@ -268,11 +268,10 @@ impl<E: Ec2, I: Imds, S: StateStore + 'static> Daemon<E, I, S> {
     /// One round of the controller: plans and carries out what the pool needs from EC2.
     pub async fn grow(&self) {
         let now = self.clock.now();
-        if let Some(until) = lock(&self.growth).paused_until {
-            if now < until {
-                debug!(resume_in = ?now.until(until), "pool growth paused");
-                return;
-            }
+        let paused_until = lock(&self.growth).paused_until;
+        if let Some(until) = paused_until.filter(|u| now < *u) {
+            debug!(resume_in = ?now.until(until), "pool growth paused");
+            return;
         }
         let actions = pool::plan(&lock(&self.pool), &self.node.limits, now);
         for action in actions {

@@ -50,14 +50,14 @@ pub fn run(att: &Attachment, client: &Client) -> Result<CniResult, CniError> {
         att.key
     );
 
-    if reply.existing {
-        if let Some(wired) = already_wired(att, &allocation) {
-            info!(
-                "{} is already wired for {}: nothing to change",
-                allocation.ip, att.key
-            );
-            return Ok(add_result(att.conf.prev_result.clone(), &wired));
-        }
+    if reply.existing
+        && let Some(wired) = already_wired(att, &allocation)
+    {
+        info!(
+            "{} is already wired for {}: nothing to change",
+            allocation.ip, att.key
+        );
+        return Ok(add_result(att.conf.prev_result.clone(), &wired));
     }
     match wire(att, &allocation) {
         Ok(wired) => {

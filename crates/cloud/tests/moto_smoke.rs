@@ -66,7 +66,7 @@ async fn the_aws_client_speaks_ec2_as_moto_understands_it() {
 
     // DescribeNetworkInterfaces.
     let enis = ec2
-        .describe_network_interfaces(&[eni_id.clone()])
+        .describe_network_interfaces(std::slice::from_ref(&eni_id))
         .await
         .unwrap();
     assert_eq!(enis.len(), 1);
@@ -82,7 +82,7 @@ async fn the_aws_client_speaks_ec2_as_moto_understands_it() {
     // new ones, so compare as sets.
     let assigned = ec2.assign_private_ips(&eni_id, 3).await.unwrap();
     let after = ec2
-        .describe_network_interfaces(&[eni_id.clone()])
+        .describe_network_interfaces(std::slice::from_ref(&eni_id))
         .await
         .unwrap();
     assert_eq!(after[0].secondary_ips.len(), 3, "{after:?}");
@@ -100,7 +100,7 @@ async fn the_aws_client_speaks_ec2_as_moto_understands_it() {
         .await
         .unwrap();
     let after = ec2
-        .describe_network_interfaces(&[eni_id.clone()])
+        .describe_network_interfaces(std::slice::from_ref(&eni_id))
         .await
         .unwrap();
     assert_eq!(after[0].secondary_ips.len(), 2);

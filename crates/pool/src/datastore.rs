@@ -191,17 +191,16 @@ impl Pool {
             .enis
             .get(id)
             .ok_or_else(|| PoolError::UnknownEni(id.to_string()))?;
-        if !force {
-            if let Some((ip, key)) = eni
+        if !force
+            && let Some((ip, key)) = eni
                 .addrs
                 .iter()
                 .find_map(|(ip, s)| s.holder().map(|k| (*ip, k)))
-            {
-                return Err(PoolError::InUse {
-                    ip,
-                    holder: key.to_string(),
-                });
-            }
+        {
+            return Err(PoolError::InUse {
+                ip,
+                holder: key.to_string(),
+            });
         }
         let mut dropped = Vec::new();
         let mut muts = Vec::new();
@@ -285,12 +284,11 @@ impl Pool {
     }
 
     fn forget_address(&mut self, ip: Ipv4Addr) {
-        if let Some(eni_id) = self.owner.remove(&ip) {
-            if let Some(slot) = self.enis.get_mut(&eni_id).and_then(|e| e.addrs.remove(&ip)) {
-                if let Some(key) = slot.holder() {
-                    self.by_key.remove(key);
-                }
-            }
+        if let Some(eni_id) = self.owner.remove(&ip)
+            && let Some(slot) = self.enis.get_mut(&eni_id).and_then(|e| e.addrs.remove(&ip))
+            && let Some(key) = slot.holder()
+        {
+            self.by_key.remove(key);
         }
     }
 

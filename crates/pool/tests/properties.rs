@@ -63,7 +63,7 @@ proptest! {
         for op in ops {
             match op {
                 Op::AddAddresses(n) => {
-                    let eni_id = if next_ip % 2 == 0 { "eni-0" } else { "eni-1" };
+                    let eni_id = if next_ip.is_multiple_of(2) { "eni-0" } else { "eni-1" };
                     let ips: Vec<Ipv4Addr> = (0..n)
                         .map(|i| Ipv4Addr::new(10, 0, 2, next_ip.wrapping_add(i)))
                         .collect();
