@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # Shared by the scripts: paths, checks and dependency installation. Source it; do not run it.
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -12,17 +13,22 @@ need_root() {
   [ "$(id -u)" -eq 0 ] || die "$1 needs root (network namespaces); run it with sudo"
 }
 
+# Installs Debian packages.
+install_packages() {
+  [ "$(id -u)" -eq 0 ] || die "missing packages: $* (install them, or run as root)"
+  say "installing $*"
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"; } >&2; then
+    die "could not install $*"
+  fi
+}
+
 # Installs the Debian packages whose commands are missing. Arguments: command:package pairs.
 ensure_packages() {
   local missing=() pair
   for pair in "$@"; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
   done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  [ "$(id -u)" -eq 0 ] || die "missing packages: ${missing[*]} (install them, or run as root)"
-  say "installing ${missing[*]}"
-  apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2 \
-    || die "could not install ${missing[*]}"
+  [ ${#missing[@]} -eq 0 ] || install_packages "${missing[@]}"
 }
 
 # The tools the box, the demo and the root tests use.

@@ -14,6 +14,7 @@
 # Nothing is created in the machine's own network namespace: the VPC, the nodes and their
 # addresses live in NAME-vpc and NAME-node<i>. Root is required.
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 RUN_ROOT=${VPC_BOX_RUN_DIR:-/run/vpc-box}
@@ -72,7 +73,7 @@ down() {
   # ...and anything left by a crash is removed here, but only the namespaces it recorded.
   if [ -f "$dir/namespaces" ]; then
     while read -r ns; do
-      [ -n "$ns" ] && ip netns del "$ns" 2>/dev/null || true
+      if [ -n "$ns" ]; then ip netns del "$ns" 2>/dev/null || true; fi
     done <"$dir/namespaces"
   fi
   rm -rf "$dir"
