@@ -244,8 +244,9 @@ impl<R: Runner> Fabric<R> {
         self.link_up(ns, "lo")?;
         // Host scope: reachable from the node itself, never chosen as the source of the node's
         // own packets (on EC2 those leave from the primary address).
+        let imds = format!("{IMDS_ADDR}/32");
         self.runner.run(&argv(&[
-            "ip", "-n", ns, "addr", "add", &format!("{IMDS_ADDR}/32"), "dev", "lo", "scope", "host",
+            "ip", "-n", ns, "addr", "add", &imds, "dev", "lo", "scope", "host",
         ]))?;
         self.add_veth_into(vpc, &n.vpc_side, "eth0", ns)?;
         self.set_mtu(vpc, &n.vpc_side, ENI_MTU)?;
@@ -451,7 +452,9 @@ mod tests {
                 plan.nodes[0].mac
             ))
         );
-        pos(&format!("ip -n {n1} addr add 169.254.169.254/32 dev lo scope host"));
+        pos(&format!(
+            "ip -n {n1} addr add 169.254.169.254/32 dev lo scope host"
+        ));
         pos(&format!("ip -n {n1} link set eth0 mtu 9001"));
         pos(&format!("ip -n {n1} route add default via 10.0.0.1"));
         pos(&format!(
