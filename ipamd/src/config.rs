@@ -97,6 +97,8 @@ pub struct Config {
 /// Variables that parse and validate but that this build does not act on yet; ipamd warns when
 /// one is set so nobody believes it took effect.
 pub const NOT_YET_EFFECTIVE: &[&str] = &[
+    "WARM_ENI_TARGET",
+    "AWS_VPC_K8S_CNI_VETHPREFIX",
     "WARM_IP_TARGET",
     "MINIMUM_IP_TARGET",
     "WARM_PREFIX_TARGET",

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use cloud::{CloudError, CloudErrorKind, Ec2, Imds, InstanceLimits, InstanceTable, NodeIdentity};
+use cloud::{CloudError, CloudErrorKind, Ec2, InstanceLimits, InstanceTable, NodeIdentity};
 use ipam_proto::{self as proto, DaemonError, ErrorKind, Reply, Request};
 use pool::{Action, AssignError, Clock, EniInfo, NodeLimits, Pool, StateStore, Timestamp};
 use thiserror::Error;
@@ -72,10 +72,8 @@ struct Growth {
 }
 
 /// The running daemon, generic over its seams.
-pub struct Daemon<E, I, S> {
+pub struct Daemon<E, S> {
     ec2: E,
-    #[allow(dead_code)] // read again when secondary ENIs are discovered (next slice)
-    imds: I,
     clock: Arc<dyn Clock>,
     node: Node,
     pool: Mutex<Pool>,
@@ -112,13 +110,12 @@ pub async fn instance_limits<E: Ec2>(
     })
 }
 
-impl<E: Ec2, I: Imds, S: StateStore + 'static> Daemon<E, I, S> {
+impl<E: Ec2, S: StateStore + 'static> Daemon<E, S> {
     /// Starts the daemon: limits, primary ENI, restore, reconcile with EC2, first fill. Returns
     /// once it can serve.
     pub async fn start(
         config: &Config,
         ec2: E,
-        imds: I,
         identity: NodeIdentity,
         store: Arc<S>,
         clock: Arc<dyn Clock>,
@@ -151,7 +148,6 @@ impl<E: Ec2, I: Imds, S: StateStore + 'static> Daemon<E, I, S> {
         }
         let daemon = Daemon {
             ec2,
-            imds,
             clock,
             node: Node {
                 identity,

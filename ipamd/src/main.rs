@@ -104,7 +104,7 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
     .await;
     let store = Arc::new(SledStore::open(&config.state_dir)?);
     let daemon =
-        Arc::new(Daemon::start(&config, ec2, imds, identity, store, Arc::new(SystemClock)).await?);
+        Arc::new(Daemon::start(&config, ec2, identity, store, Arc::new(SystemClock)).await?);
 
     let listener = server::bind(&config.socket)
         .with_context(|| format!("binding {}", config.socket.display()))?;

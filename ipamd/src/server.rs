@@ -9,13 +9,17 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ipam_proto::{DaemonError, ErrorKind, FrameError, MAX_FRAME_BYTES, Reply, Request};
+use ipam_proto::{DaemonError, ErrorKind, FrameError, READ_LIMIT, Reply, Request, end_frame};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
+use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
 /// A client gets this long to send each frame before the connection is closed.
 pub const FRAME_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// At shutdown, how long requests in progress get to finish.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Answers requests.
 pub trait Handler: Send + Sync + 'static {
@@ -23,10 +27,9 @@ pub trait Handler: Send + Sync + 'static {
     fn handle(&self, req: Request) -> impl Future<Output = Result<Reply, DaemonError>> + Send;
 }
 
-impl<E, I, S> Handler for crate::daemon::Daemon<E, I, S>
+impl<E, S> Handler for crate::daemon::Daemon<E, S>
 where
     E: cloud::Ec2,
-    I: cloud::Imds,
     S: pool::StateStore + 'static,
 {
     fn handle(&self, req: Request) -> impl Future<Output = Result<Reply, DaemonError>> + Send {
@@ -64,13 +67,16 @@ pub async fn serve<H: Handler>(
     shutdown: impl Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
+    let mut connections = JoinSet::new();
     loop {
         tokio::select! {
-            _ = &mut shutdown => return,
+            _ = &mut shutdown => break,
+            // Reap finished connections so the set does not grow.
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let handler = Arc::clone(&handler);
-                    tokio::spawn(async move {
+                    connections.spawn(async move {
                         if let Err(e) = connection(stream, handler, allowed_uid).await {
                             debug!(error = %e, "plugin connection ended with an error");
                         }
@@ -84,6 +90,19 @@ pub async fn serve<H: Handler>(
             },
         }
     }
+    // Requests already being served get their answer: an ADD whose reply is cut would be
+    // retried by the runtime anyway, but a clean stop should not cause that.
+    drop(listener);
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        warn!(
+            left = connections.len(),
+            "stopping with plugin connections still open"
+        );
+    }
 }
 
 async fn read_frame<R: tokio::io::AsyncBufRead + Unpin>(
@@ -91,18 +110,10 @@ async fn read_frame<R: tokio::io::AsyncBufRead + Unpin>(
 ) -> Result<Option<Vec<u8>>, FrameError> {
     let mut buf = Vec::with_capacity(512);
     (&mut *reader)
-        .take((MAX_FRAME_BYTES + 1) as u64)
+        .take(READ_LIMIT)
         .read_until(b'\n', &mut buf)
         .await?;
-    match buf.last() {
-        None => Ok(None),
-        Some(b'\n') => {
-            buf.pop();
-            Ok(Some(buf))
-        }
-        Some(_) if buf.len() > MAX_FRAME_BYTES => Err(FrameError::TooLong),
-        Some(_) => Err(FrameError::Truncated(buf.len())),
-    }
+    end_frame(buf)
 }
 
 async fn connection<H: Handler>(
@@ -112,14 +123,6 @@ async fn connection<H: Handler>(
 ) -> io::Result<()> {
     let (read, mut write) = stream.into_split();
     let uid = read.as_ref().peer_cred()?.uid();
-    if uid != allowed_uid {
-        warn!(uid, "refused a connection from a non-root peer");
-        let err = DaemonError::new(
-            ErrorKind::Forbidden,
-            format!("uid {uid} may not use ipamd's socket"),
-        );
-        return write.write_all(&ipam_proto::encode_reply(&Err(err))).await;
-    }
     let mut reader = BufReader::new(read);
     loop {
         let frame = match tokio::time::timeout(FRAME_TIMEOUT, read_frame(&mut reader)).await {
@@ -134,6 +137,16 @@ async fn connection<H: Handler>(
                 return write.write_all(&ipam_proto::encode_reply(&Err(err))).await;
             }
         };
+        if uid != allowed_uid {
+            // Refused only after the request is read: a client whose write met a closed socket
+            // would see a broken pipe instead of the reason.
+            warn!(uid, "refused a request from a non-root peer");
+            let err = DaemonError::new(
+                ErrorKind::Forbidden,
+                format!("uid {uid} may not use ipamd's socket"),
+            );
+            return write.write_all(&ipam_proto::encode_reply(&Err(err))).await;
+        }
         let reply = match ipam_proto::decode_request(&frame) {
             Ok(req) => handler.handle(req).await,
             Err(e) => {

@@ -156,8 +156,21 @@ pub fn decode_reply(frame: &[u8]) -> Result<Result<Reply, DaemonError>, FrameErr
 /// before any byte of a new frame.
 pub fn read_frame<R: BufRead>(reader: &mut R) -> Result<Option<Vec<u8>>, FrameError> {
     let mut buf = Vec::with_capacity(512);
-    let limit = (MAX_FRAME_BYTES + 1) as u64;
-    reader.by_ref().take(limit).read_until(b'\n', &mut buf)?;
+    reader
+        .by_ref()
+        .take(READ_LIMIT)
+        .read_until(b'\n', &mut buf)?;
+    end_frame(buf)
+}
+
+/// How many bytes a reader may take for one frame: one more than the limit, so an over-long
+/// frame is seen as such rather than as a truncated one.
+pub const READ_LIMIT: u64 = MAX_FRAME_BYTES as u64 + 1;
+
+/// Judges what a `read_until(b'\n')` bounded by [`READ_LIMIT`] produced: the frame without its
+/// newline, `None` for a clean end of stream, or why it is not a frame. Shared by the blocking
+/// reader above and ipamd's async one.
+pub fn end_frame(mut buf: Vec<u8>) -> Result<Option<Vec<u8>>, FrameError> {
     match buf.last() {
         None => Ok(None),
         Some(b'\n') => {

@@ -12,8 +12,8 @@ mod message;
 
 pub use client::{Client, ClientError};
 pub use frame::{
-    FrameError, MAX_FRAME_BYTES, decode_reply, decode_request, encode_reply, encode_request,
-    read_frame,
+    FrameError, MAX_FRAME_BYTES, READ_LIMIT, decode_reply, decode_request, encode_reply,
+    encode_request, end_frame, read_frame,
 };
 pub use message::*;
 

@@ -364,17 +364,30 @@ impl Pool {
         key: &AttachmentKey,
         now: Timestamp,
     ) -> Option<(Released, Vec<Mutation>)> {
+        let ip = *self.by_key.get(key)?;
+        let allocation = self.allocation_at(ip)?;
+        let eni_id = self.owner.get(&ip)?.clone();
+        let slot = self.enis.get_mut(&eni_id)?.addrs.get_mut(&ip)?;
         let cooling_until = now.after(self.cooldown);
-        self.free(key, now, Some(cooling_until))
-            .map(|(allocation, muts)| {
-                (
-                    Released {
-                        allocation,
-                        cooling_until,
-                    },
-                    muts,
-                )
-            })
+        *slot = AddrSlot {
+            state: SlotState::Free {
+                cooling_until: Some(cooling_until),
+            },
+            released_at: Some(now),
+        };
+        let persisted = PersistedAddr {
+            ip,
+            eni: eni_id,
+            slot: slot.clone(),
+        };
+        self.by_key.remove(key);
+        Some((
+            Released {
+                allocation,
+                cooling_until,
+            },
+            vec![Mutation::PutAddr(persisted)],
+        ))
     }
 
     /// Undoes an assignment that never reached a pod (its persistence failed): the address is
@@ -391,29 +404,6 @@ impl Pool {
         };
         self.by_key.remove(key);
         Some(vec![Mutation::PutAddr(persisted)])
-    }
-
-    fn free(
-        &mut self,
-        key: &AttachmentKey,
-        now: Timestamp,
-        cooling_until: Option<Timestamp>,
-    ) -> Option<(Allocated, Vec<Mutation>)> {
-        let ip = *self.by_key.get(key)?;
-        let allocation = self.allocation_at(ip)?;
-        let eni_id = self.owner.get(&ip)?.clone();
-        let slot = self.enis.get_mut(&eni_id)?.addrs.get_mut(&ip)?;
-        *slot = AddrSlot {
-            state: SlotState::Free { cooling_until },
-            released_at: Some(now),
-        };
-        let persisted = PersistedAddr {
-            ip,
-            eni: eni_id,
-            slot: slot.clone(),
-        };
-        self.by_key.remove(key);
-        Some((allocation, vec![Mutation::PutAddr(persisted)]))
     }
 
     /// Releases every attachment of `network` whose (container id, ifname) is not in `valid`.

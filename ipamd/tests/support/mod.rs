@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use cloud::fake::{FakeEc2, FakeImds};
+use cloud::fake::FakeEc2;
 use cloud::{EniMetadata, NetworkInterface, NodeIdentity};
 use ipam_proto::{AttachmentKey, PodMeta};
 use ipamd::Daemon;
@@ -86,7 +86,7 @@ pub fn ec2(ipv4_per_eni: u32, subnet: &str) -> Arc<FakeEc2> {
     Arc::new(ec2)
 }
 
-pub type TestDaemon = Daemon<Arc<FakeEc2>, FakeImds, SledStore>;
+pub type TestDaemon = Daemon<Arc<FakeEc2>, SledStore>;
 
 pub async fn start(dir: &Path, ec2: &Arc<FakeEc2>, clock: &Arc<ManualClock>) -> TestDaemon {
     try_start(dir, ec2, clock, "t3.medium").await.unwrap()
@@ -102,7 +102,6 @@ pub async fn try_start(
     Daemon::start(
         &config(&dir.join("state")),
         Arc::clone(ec2),
-        FakeImds::default(),
         identity(instance_type),
         store,
         Arc::clone(clock) as Arc<dyn Clock>,
