@@ -52,26 +52,29 @@ MOTO_PID=$!
 trap 'kill $MOTO_PID 2>/dev/null || true' EXIT
 wait_for 30 bash -c "exec 3<>/dev/tcp/127.0.0.1/$MOTO_PORT" || die "moto did not start (see ${TMPDIR:-/tmp}/vpc-cni-moto.log)"
 export MOTO_ENDPOINT=http://127.0.0.1:$MOTO_PORT
-step "moto smoke test against $MOTO_ENDPOINT"
-cargo test -p cloud --test moto_smoke --quiet -- --ignored
-passed "AWS client against moto (DescribeInstanceTypes, DescribeNetworkInterfaces, Assign/UnassignPrivateIpAddresses)"
-kill $MOTO_PID 2>/dev/null || true
-trap - EXIT
 
+# Only --workspace selections below: selecting single packages can resolve features differently
+# and rebuild the AWS SDK.
 if [ $ROOT -eq 1 ]; then
-  step "root tiers: netlink in fresh namespaces, plugin and end-to-end in VPC-in-a-box"
-  # --ignored runs exactly the tests marked as needing root (and the moto test, done above).
-  cargo test --workspace --quiet --exclude cloud -- --ignored
+  step "root tiers: netlink in fresh namespaces, plugin and end-to-end in VPC-in-a-box; moto"
+  # --ignored runs exactly the tests that need root, and the moto smoke test.
+  cargo test --workspace --quiet -- --ignored
+  passed "AWS client against moto (DescribeInstanceTypes, DescribeNetworkInterfaces, Assign/UnassignPrivateIpAddresses)"
   passed "netlink and plugin tests in fresh namespaces (tier 3)"
   passed "end-to-end tests of the real binaries in VPC-in-a-box (tier 4)"
   step "demo"
   scripts/demo.sh >"${TMPDIR:-/tmp}/vpc-cni-demo.log" 2>&1 || { cat "${TMPDIR:-/tmp}/vpc-cni-demo.log"; die "the demo failed"; }
   passed "scripts/demo.sh"
 else
+  step "moto smoke test against $MOTO_ENDPOINT"
+  cargo test --workspace --quiet --test moto_smoke -- --ignored
+  passed "AWS client against moto (DescribeInstanceTypes, DescribeNetworkInterfaces, Assign/UnassignPrivateIpAddresses)"
   skipped "netlink tests in fresh namespaces (tier 3): need root"
   skipped "end-to-end tests in VPC-in-a-box (tier 4): need root"
   skipped "scripts/demo.sh: needs root"
 fi
+kill $MOTO_PID 2>/dev/null || true
+trap - EXIT
 
 echo
 echo "Summary"

@@ -84,9 +84,9 @@ fn setup_pod_creates_every_item_exactly_once() {
         "{pod_link}"
     );
     assert_eq!(
-        host_mac.as_bytes()[1] & 0x03,
-        b'2' & 0x03,
-        "locally administered"
+        wiring.host_mac[0] & 0x03,
+        0x02,
+        "locally administered unicast: {host_mac}"
     );
 
     let addrs = ns.ip_pod(&["-4", "-o", "addr", "show", "dev", "eth0"]);
