@@ -16,5 +16,5 @@ pub use datastore::{Allocated, Counts, Pool, Released, RestoreIssue};
 pub use error::{AssignError, PoolError};
 pub use model::{AddrSlot, AttachmentKey, EniInfo, MAIN_TABLE, PodInfo, SlotState};
 pub use persist::{MemoryStore, Mutation, PersistedAddr, PersistedState, StateStore};
-pub use plan::{Action, NodeLimits, plan};
+pub use plan::{Action, Blocked, NodeLimits, Plan, Targets, plan};
 pub use time::{Clock, Timestamp};
