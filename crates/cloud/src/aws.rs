@@ -12,12 +12,17 @@ use aws_config::BehaviorVersion;
 use aws_config::imds::client::error::ImdsError;
 use aws_config::timeout::TimeoutConfig;
 use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
-use aws_sdk_ec2::types::{InstanceType, InstanceTypeHypervisor};
+use aws_sdk_ec2::types::{
+    Filter, InstanceType, InstanceTypeHypervisor, NetworkInterfaceAttachmentChanges, ResourceType,
+    Tag, TagSpecification,
+};
 
 /// The SDK itself, for callers that need to build their own client (tests against moto).
 pub use aws_sdk_ec2 as sdk;
 
-use crate::{Attachment, CloudError, CloudErrorKind, Ec2, Imds, InstanceLimits, NetworkInterface};
+use crate::{
+    Attachment, CloudError, CloudErrorKind, CreateEni, Ec2, Imds, InstanceLimits, NetworkInterface,
+};
 
 /// IMDS through aws-config (IMDSv2, token cached and refreshed by the client).
 #[derive(Clone, Debug)]
@@ -180,6 +185,11 @@ fn to_network_interface(
             network_card_index: a.network_card_index().unwrap_or_default().max(0) as u32,
             delete_on_termination: a.delete_on_termination().unwrap_or_default(),
         }),
+        security_groups: eni
+            .groups()
+            .iter()
+            .filter_map(|g| g.group_id().map(str::to_string))
+            .collect(),
         tags: eni
             .tag_set()
             .iter()
@@ -285,6 +295,147 @@ impl Ec2 for AwsEc2 {
             .unassign_private_ip_addresses()
             .network_interface_id(eni_id)
             .set_private_ip_addresses(Some(ips.iter().map(Ipv4Addr::to_string).collect()))
+            .send()
+            .await
+            .map_err(|e| sdk_error(api, e))?;
+        Ok(())
+    }
+
+    async fn describe_instance_enis(
+        &self,
+        instance_id: &str,
+    ) -> Result<Vec<NetworkInterface>, CloudError> {
+        let api = "DescribeNetworkInterfaces";
+        let filter = Filter::builder()
+            .name("attachment.instance-id")
+            .values(instance_id)
+            .build();
+        let mut enis = Vec::new();
+        let mut token = None;
+        // Bounded: an instance holds at most a few dozen ENIs, far fewer pages.
+        for _ in 0..100 {
+            let out = self
+                .client
+                .describe_network_interfaces()
+                .filters(filter.clone())
+                .set_next_token(token)
+                .send()
+                .await
+                .map_err(|e| sdk_error(api, e))?;
+            for eni in out.network_interfaces() {
+                enis.push(to_network_interface(api, eni)?);
+            }
+            token = out.next_token().map(str::to_string);
+            if token.is_none() {
+                return Ok(enis);
+            }
+        }
+        Err(CloudError::new(
+            api,
+            CloudErrorKind::Other,
+            "more than 100 pages of ENIs",
+        ))
+    }
+
+    async fn create_network_interface(
+        &self,
+        request: &CreateEni,
+    ) -> Result<NetworkInterface, CloudError> {
+        let api = "CreateNetworkInterface";
+        let tags = request
+            .tags
+            .iter()
+            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+            .collect();
+        let out = self
+            .client
+            .create_network_interface()
+            .subnet_id(&request.subnet_id)
+            .description(&request.description)
+            .set_groups(Some(request.security_groups.clone()))
+            .secondary_private_ip_address_count(request.secondary_ips.min(i32::MAX as u32) as i32)
+            .tag_specifications(
+                TagSpecification::builder()
+                    .resource_type(ResourceType::NetworkInterface)
+                    .set_tags(Some(tags))
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| sdk_error(api, e))?;
+        let eni = out.network_interface().ok_or_else(|| {
+            CloudError::new(
+                api,
+                CloudErrorKind::Other,
+                "the answer holds no network interface",
+            )
+        })?;
+        to_network_interface(api, eni)
+    }
+
+    async fn attach_network_interface(
+        &self,
+        eni_id: &str,
+        instance_id: &str,
+        device_index: u32,
+    ) -> Result<String, CloudError> {
+        let api = "AttachNetworkInterface";
+        let out = self
+            .client
+            .attach_network_interface()
+            .network_interface_id(eni_id)
+            .instance_id(instance_id)
+            .device_index(device_index.min(i32::MAX as u32) as i32)
+            .network_card_index(0)
+            .send()
+            .await
+            .map_err(|e| sdk_error(api, e))?;
+        out.attachment_id().map(str::to_string).ok_or_else(|| {
+            CloudError::new(
+                api,
+                CloudErrorKind::Other,
+                "the answer holds no attachment id",
+            )
+        })
+    }
+
+    async fn set_delete_on_termination(
+        &self,
+        eni_id: &str,
+        attachment_id: &str,
+    ) -> Result<(), CloudError> {
+        let api = "ModifyNetworkInterfaceAttribute";
+        self.client
+            .modify_network_interface_attribute()
+            .network_interface_id(eni_id)
+            .attachment(
+                NetworkInterfaceAttachmentChanges::builder()
+                    .attachment_id(attachment_id)
+                    .delete_on_termination(true)
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| sdk_error(api, e))?;
+        Ok(())
+    }
+
+    async fn detach_network_interface(&self, attachment_id: &str) -> Result<(), CloudError> {
+        let api = "DetachNetworkInterface";
+        self.client
+            .detach_network_interface()
+            .attachment_id(attachment_id)
+            .send()
+            .await
+            .map_err(|e| sdk_error(api, e))?;
+        Ok(())
+    }
+
+    async fn delete_network_interface(&self, eni_id: &str) -> Result<(), CloudError> {
+        let api = "DeleteNetworkInterface";
+        self.client
+            .delete_network_interface()
+            .network_interface_id(eni_id)
             .send()
             .await
             .map_err(|e| sdk_error(api, e))?;

@@ -6,7 +6,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use ipnetwork::Ipv4Network;
 
-use crate::{CloudError, CloudErrorKind, Ec2, Imds, InstanceLimits, NetworkInterface};
+use crate::{
+    Attachment, CloudError, CloudErrorKind, CreateEni, Ec2, Imds, InstanceLimits, NetworkInterface,
+};
 
 /// IMDS as a map of paths to values.
 #[derive(Debug, Default)]
@@ -58,6 +60,10 @@ struct Ec2State {
     calls: Vec<String>,
     /// IPv4 addresses per ENI, the ENI's primary included (0 = no limit).
     ipv4_per_eni: u32,
+    /// ENIs per instance (0 = no limit).
+    max_enis: u32,
+    /// Ids handed out so far.
+    created: u32,
 }
 
 /// EC2 in memory: ENIs with secondary addresses taken from their subnet's free list, per-ENI
@@ -75,6 +81,16 @@ impl FakeEc2 {
     /// Limits every ENI to `n` IPv4 addresses, its primary included, as the instance type does.
     pub fn set_ipv4_per_eni(&self, n: u32) {
         self.lock().ipv4_per_eni = n;
+    }
+
+    /// Limits every instance to `n` attached ENIs.
+    pub fn set_max_enis(&self, n: u32) {
+        self.lock().max_enis = n;
+    }
+
+    /// Every ENI EC2 holds, by id.
+    pub fn enis(&self) -> Vec<NetworkInterface> {
+        self.lock().enis.values().cloned().collect()
     }
 
     /// Makes DescribeInstanceTypes know a type.
@@ -232,6 +248,193 @@ impl Ec2 for FakeEc2 {
         eni.secondary_ips.retain(|ip| !ips.contains(ip));
         let subnet = eni.subnet_id.clone();
         s.free.entry(subnet).or_default().extend(ips);
+        Ok(())
+    }
+
+    async fn describe_instance_enis(
+        &self,
+        instance_id: &str,
+    ) -> Result<Vec<NetworkInterface>, CloudError> {
+        let s = self.begin(
+            "DescribeNetworkInterfaces",
+            format!("attachment.instance-id={instance_id}"),
+        )?;
+        Ok(s.enis
+            .values()
+            .filter(|e| {
+                e.attachment
+                    .as_ref()
+                    .is_some_and(|a| a.instance_id == instance_id)
+            })
+            .cloned()
+            .collect())
+    }
+
+    async fn create_network_interface(
+        &self,
+        request: &CreateEni,
+    ) -> Result<NetworkInterface, CloudError> {
+        let api = "CreateNetworkInterface";
+        let mut s = self.begin(api, request.subnet_id.clone())?;
+        let wanted = request.secondary_ips as usize + 1;
+        let free = s.free.get_mut(&request.subnet_id).ok_or_else(|| {
+            CloudError::from_code(
+                api,
+                "InvalidSubnetID.NotFound",
+                format!("The subnet ID '{}' does not exist", request.subnet_id),
+            )
+        })?;
+        if free.len() < wanted {
+            return Err(CloudError::from_code(
+                api,
+                "InsufficientFreeAddressesInSubnet",
+                format!(
+                    "The specified subnet {} does not have enough free addresses",
+                    request.subnet_id
+                ),
+            ));
+        }
+        let mut ips: Vec<Ipv4Addr> = free.drain(..wanted).collect();
+        let primary = ips.remove(0);
+        s.created += 1;
+        let n = s.created;
+        let eni = NetworkInterface {
+            id: format!("eni-fake{n:012}"),
+            mac: format!("02:fa:ce:00:{:02x}:{:02x}", n / 256 % 256, n % 256),
+            subnet_id: request.subnet_id.clone(),
+            description: request.description.clone(),
+            status: "available".into(),
+            primary_ip: Some(primary),
+            secondary_ips: ips,
+            security_groups: request.security_groups.clone(),
+            tags: request.tags.clone(),
+            ..Default::default()
+        };
+        s.enis.insert(eni.id.clone(), eni.clone());
+        Ok(eni)
+    }
+
+    async fn attach_network_interface(
+        &self,
+        eni_id: &str,
+        instance_id: &str,
+        device_index: u32,
+    ) -> Result<String, CloudError> {
+        let api = "AttachNetworkInterface";
+        let mut s = self.begin(api, format!("{eni_id},{instance_id},{device_index}"))?;
+        let attached: Vec<u32> = s
+            .enis
+            .values()
+            .filter_map(|e| e.attachment.as_ref())
+            .filter(|a| a.instance_id == instance_id)
+            .map(|a| a.device_index)
+            .collect();
+        if s.max_enis > 0 && attached.len() as u32 >= s.max_enis {
+            return Err(CloudError::from_code(
+                api,
+                "AttachmentLimitExceeded",
+                format!(
+                    "Interface count {} exceeds the limit for this instance type",
+                    attached.len() + 1
+                ),
+            ));
+        }
+        if attached.contains(&device_index) {
+            return Err(CloudError::from_code(
+                api,
+                "InvalidParameterValue",
+                format!(
+                    "Instance '{instance_id}' already has an interface attached at device index '{device_index}'."
+                ),
+            ));
+        }
+        let eni = s
+            .enis
+            .get_mut(eni_id)
+            .ok_or_else(|| not_found(api, eni_id))?;
+        if eni.attachment.is_some() {
+            return Err(CloudError::from_code(
+                api,
+                "InvalidNetworkInterface.InUse",
+                format!("Interface: [{eni_id}] in use."),
+            ));
+        }
+        let id = format!("eni-attach-{}", eni_id.trim_start_matches("eni-"));
+        eni.attachment = Some(Attachment {
+            id: id.clone(),
+            instance_id: instance_id.to_string(),
+            device_index,
+            network_card_index: 0,
+            delete_on_termination: false,
+        });
+        eni.status = "in-use".into();
+        Ok(id)
+    }
+
+    async fn set_delete_on_termination(
+        &self,
+        eni_id: &str,
+        attachment_id: &str,
+    ) -> Result<(), CloudError> {
+        let api = "ModifyNetworkInterfaceAttribute";
+        let mut s = self.begin(api, format!("{eni_id},{attachment_id}"))?;
+        let eni = s
+            .enis
+            .get_mut(eni_id)
+            .ok_or_else(|| not_found(api, eni_id))?;
+        match eni.attachment.as_mut().filter(|a| a.id == attachment_id) {
+            Some(a) => {
+                a.delete_on_termination = true;
+                Ok(())
+            }
+            None => Err(CloudError::from_code(
+                api,
+                "InvalidAttachmentID.NotFound",
+                format!("The attachment ID '{attachment_id}' does not exist"),
+            )),
+        }
+    }
+
+    async fn detach_network_interface(&self, attachment_id: &str) -> Result<(), CloudError> {
+        let api = "DetachNetworkInterface";
+        let mut s = self.begin(api, attachment_id.to_string())?;
+        let eni = s
+            .enis
+            .values_mut()
+            .find(|e| e.attachment.as_ref().is_some_and(|a| a.id == attachment_id))
+            .ok_or_else(|| {
+                CloudError::from_code(
+                    api,
+                    "InvalidAttachmentID.NotFound",
+                    format!("The attachment ID '{attachment_id}' does not exist"),
+                )
+            })?;
+        eni.attachment = None;
+        eni.status = "available".into();
+        Ok(())
+    }
+
+    async fn delete_network_interface(&self, eni_id: &str) -> Result<(), CloudError> {
+        let api = "DeleteNetworkInterface";
+        let mut s = self.begin(api, eni_id.to_string())?;
+        let eni = s.enis.get(eni_id).ok_or_else(|| not_found(api, eni_id))?;
+        if eni.attachment.is_some() {
+            return Err(CloudError::from_code(
+                api,
+                "InvalidNetworkInterface.InUse",
+                format!("The network interface '{eni_id}' is currently in use."),
+            ));
+        }
+        let eni = s
+            .enis
+            .remove(eni_id)
+            .ok_or_else(|| not_found(api, eni_id))?;
+        let back: Vec<Ipv4Addr> = eni
+            .primary_ip
+            .into_iter()
+            .chain(eni.secondary_ips)
+            .collect();
+        s.free.entry(eni.subnet_id).or_default().extend(back);
         Ok(())
     }
 }

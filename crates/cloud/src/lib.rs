@@ -18,7 +18,7 @@ use std::net::Ipv4Addr;
 pub use error::{CloudError, CloudErrorKind, classify_code};
 pub use identity::{EniMetadata, NodeIdentity, eni_metadata, node_identity};
 pub use limits::{InstanceLimits, InstanceTable};
-pub use types::{Attachment, NetworkInterface};
+pub use types::{Attachment, CreateEni, NetworkInterface};
 
 /// The EC2 calls ipamd makes. Each call is one API request (the implementation may retry
 /// transient failures); errors carry the AWS error code.
@@ -49,6 +49,47 @@ pub trait Ec2: Send + Sync + 'static {
         &self,
         eni_id: &str,
         ips: &[Ipv4Addr],
+    ) -> impl Future<Output = Result<(), CloudError>> + Send;
+
+    /// Every ENI attached to an instance (DescribeNetworkInterfaces with the
+    /// `attachment.instance-id` filter): the truth about what a node holds.
+    fn describe_instance_enis(
+        &self,
+        instance_id: &str,
+    ) -> impl Future<Output = Result<Vec<NetworkInterface>, CloudError>> + Send;
+
+    /// Creates an ENI (CreateNetworkInterface).
+    fn create_network_interface(
+        &self,
+        request: &CreateEni,
+    ) -> impl Future<Output = Result<NetworkInterface, CloudError>> + Send;
+
+    /// Attaches an ENI at a device index (AttachNetworkInterface); returns the attachment id.
+    fn attach_network_interface(
+        &self,
+        eni_id: &str,
+        instance_id: &str,
+        device_index: u32,
+    ) -> impl Future<Output = Result<String, CloudError>> + Send;
+
+    /// Makes an attached ENI go with its instance (ModifyNetworkInterfaceAttribute
+    /// `Attachment.DeleteOnTermination=true`), so a node that dies does not leak it.
+    fn set_delete_on_termination(
+        &self,
+        eni_id: &str,
+        attachment_id: &str,
+    ) -> impl Future<Output = Result<(), CloudError>> + Send;
+
+    /// Detaches an ENI (DetachNetworkInterface).
+    fn detach_network_interface(
+        &self,
+        attachment_id: &str,
+    ) -> impl Future<Output = Result<(), CloudError>> + Send;
+
+    /// Deletes a detached ENI (DeleteNetworkInterface).
+    fn delete_network_interface(
+        &self,
+        eni_id: &str,
     ) -> impl Future<Output = Result<(), CloudError>> + Send;
 }
 
@@ -89,5 +130,50 @@ impl<T: Ec2> Ec2 for std::sync::Arc<T> {
         ips: &[Ipv4Addr],
     ) -> impl Future<Output = Result<(), CloudError>> + Send {
         (**self).unassign_private_ips(eni_id, ips)
+    }
+
+    fn describe_instance_enis(
+        &self,
+        instance_id: &str,
+    ) -> impl Future<Output = Result<Vec<NetworkInterface>, CloudError>> + Send {
+        (**self).describe_instance_enis(instance_id)
+    }
+
+    fn create_network_interface(
+        &self,
+        request: &CreateEni,
+    ) -> impl Future<Output = Result<NetworkInterface, CloudError>> + Send {
+        (**self).create_network_interface(request)
+    }
+
+    fn attach_network_interface(
+        &self,
+        eni_id: &str,
+        instance_id: &str,
+        device_index: u32,
+    ) -> impl Future<Output = Result<String, CloudError>> + Send {
+        (**self).attach_network_interface(eni_id, instance_id, device_index)
+    }
+
+    fn set_delete_on_termination(
+        &self,
+        eni_id: &str,
+        attachment_id: &str,
+    ) -> impl Future<Output = Result<(), CloudError>> + Send {
+        (**self).set_delete_on_termination(eni_id, attachment_id)
+    }
+
+    fn detach_network_interface(
+        &self,
+        attachment_id: &str,
+    ) -> impl Future<Output = Result<(), CloudError>> + Send {
+        (**self).detach_network_interface(attachment_id)
+    }
+
+    fn delete_network_interface(
+        &self,
+        eni_id: &str,
+    ) -> impl Future<Output = Result<(), CloudError>> + Send {
+        (**self).delete_network_interface(eni_id)
     }
 }

@@ -26,6 +26,8 @@ pub struct NetworkInterface {
     pub prefixes: Vec<Ipv4Network>,
     /// Attachment, when attached.
     pub attachment: Option<Attachment>,
+    /// Security group ids.
+    pub security_groups: Vec<String>,
     /// Tags.
     pub tags: BTreeMap<String, String>,
 }
@@ -43,4 +45,19 @@ pub struct Attachment {
     pub network_card_index: u32,
     /// Deleted with the instance.
     pub delete_on_termination: bool,
+}
+
+/// What a new ENI is created with.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CreateEni {
+    /// Subnet.
+    pub subnet_id: String,
+    /// Description (`aws-K8S-<instance id>` marks ENIs ipamd owns).
+    pub description: String,
+    /// Security groups (the primary ENI's).
+    pub security_groups: Vec<String>,
+    /// Secondary addresses it is created with.
+    pub secondary_ips: u32,
+    /// Tags.
+    pub tags: BTreeMap<String, String>,
 }
