@@ -77,6 +77,12 @@ pub enum Error {
     /// The OS random source failed.
     #[error("random source: {0}")]
     Random(String),
+    /// No link carries the MAC address (a hot-plugged ENI may not have appeared yet).
+    #[error("no link with MAC address {mac}")]
+    NoLinkWithMac {
+        /// The MAC address looked for.
+        mac: String,
+    },
     /// A caller-supplied value cannot be used.
     #[error("invalid {what}: {why}")]
     Invalid {

@@ -16,16 +16,22 @@
 #![warn(missing_docs)]
 
 mod check;
+mod eni;
 mod error;
 pub mod messages;
 mod names;
 mod netns;
 mod ops;
 mod pod;
+pub mod snat;
 mod socket;
 mod teardown;
 
 pub use check::{CheckError, CheckMismatch, ExpectedPod, check_pod};
+pub use eni::{
+    EniSetup, EniSpec, EniTeardown, PRIO_FROM_ENI, eni_table, setup_eni, subnet_gateway,
+    teardown_eni,
+};
 pub use error::{Error, Result};
 pub use messages::RT_TABLE_MAIN;
 pub use messages::addr::Address;

@@ -1,4 +1,5 @@
 //! Throw-away network namespaces for root tests, and `ip` output helpers.
+#![allow(dead_code)] // shared by several test binaries, each using part of it
 
 use std::path::PathBuf;
 use std::process::Command;
