@@ -1,5 +1,6 @@
 //! Command line.
 
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
@@ -7,6 +8,7 @@ use cloud::limits::InstanceLimits;
 use ipnetwork::Ipv4Network;
 use thiserror::Error;
 
+use crate::fabric::{DEFAULT_OUTSIDE_IP, OUTSIDE_LINK_NET};
 use crate::model::Topology;
 
 /// Where the servers listen and whether namespaces are built.
@@ -101,6 +103,9 @@ pub struct Cli {
     /// Extra instance type NAME:ENIS:IPV4_PER_ENI (repeatable).
     #[arg(long = "extra-instance-type", value_parser = parse_extra_type)]
     pub extra_instance_types: Vec<ExtraType>,
+    /// Fabric mode: the one address of the outside namespace (NAME-out), outside the VPC CIDR.
+    #[arg(long, default_value_t = DEFAULT_OUTSIDE_IP)]
+    pub outside_ip: Ipv4Addr,
 }
 
 /// A command line that parses but makes no sense.
@@ -115,6 +120,17 @@ pub enum ConfigError {
     /// Bad --region.
     #[error("--region {0:?}: expected something like us-west-2")]
     Region(String),
+    /// Bad --outside-ip.
+    #[error("--outside-ip {ip}: {why}")]
+    OutsideIp {
+        /// The address given.
+        ip: Ipv4Addr,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A VPC CIDR that collides with the fabric's link to the outside.
+    #[error("--vpc-cidr {0}: overlaps {OUTSIDE_LINK_NET}, the fabric's link to the outside")]
+    VpcCidrOverlapsOutside(Ipv4Network),
 }
 
 /// Longest name: `NAME-node64` must stay a short, readable namespace name.
@@ -143,6 +159,9 @@ impl Cli {
         if !region_ok {
             return Err(ConfigError::Region(self.region.clone()));
         }
+        if self.mode == Mode::Fabric {
+            self.check_outside()?;
+        }
         Ok(Topology {
             vpc_cidr: self.vpc_cidr,
             region: self.region.clone(),
@@ -155,6 +174,32 @@ impl Cli {
                 .map(|e| (e.name.clone(), e.limits))
                 .collect(),
         })
+    }
+}
+
+impl Cli {
+    /// The outside must be reachable only through the VPC's default route: not in the VPC, not
+    /// on the link network, and an ordinary unicast address.
+    fn check_outside(&self) -> Result<(), ConfigError> {
+        if self.vpc_cidr.overlaps(OUTSIDE_LINK_NET) {
+            return Err(ConfigError::VpcCidrOverlapsOutside(self.vpc_cidr));
+        }
+        let ip = self.outside_ip;
+        let why = if self.vpc_cidr.contains(ip) {
+            format!("inside the VPC CIDR {}", self.vpc_cidr)
+        } else if OUTSIDE_LINK_NET.contains(ip) {
+            format!("on {OUTSIDE_LINK_NET}, the fabric's link to the outside")
+        } else if ip.is_unspecified()
+            || ip.is_loopback()
+            || ip.is_link_local()
+            || ip.is_multicast()
+            || ip.is_broadcast()
+        {
+            "not an ordinary unicast address".to_string()
+        } else {
+            return Ok(());
+        };
+        Err(ConfigError::OutsideIp { ip, why })
     }
 }
 
@@ -215,5 +260,30 @@ mod tests {
         c.name = "ok".into();
         c.nodes = 0;
         assert_eq!(c.topology().unwrap_err(), ConfigError::Nodes(0));
+    }
+
+    #[test]
+    fn the_outside_address_is_checked_in_fabric_mode_only() {
+        let c = cli(&["--mode", "fabric"]).unwrap();
+        assert_eq!(c.outside_ip.to_string(), "198.51.100.10");
+        c.topology().unwrap();
+        for (ip, needle) in [
+            ("10.0.3.4", "inside the VPC CIDR 10.0.0.0/16"),
+            ("192.0.2.2", "link to the outside"),
+            ("169.254.169.254", "ordinary unicast"),
+            ("127.0.0.1", "ordinary unicast"),
+        ] {
+            let c = cli(&["--mode", "fabric", "--outside-ip", ip]).unwrap();
+            let e = c.topology().unwrap_err().to_string();
+            assert!(e.contains(needle) && e.contains(ip), "{ip}: {e}");
+        }
+        let c = cli(&["--outside-ip", "10.0.3.4"]).unwrap();
+        c.topology().unwrap();
+        let c = cli(&["--mode", "fabric", "--vpc-cidr", "192.0.0.0/16"]).unwrap();
+        assert!(matches!(
+            c.topology().unwrap_err(),
+            ConfigError::VpcCidrOverlapsOutside(_)
+        ));
+        assert!(cli(&["--outside-ip", "300.1.1.1"]).is_err());
     }
 }

@@ -2,7 +2,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -17,7 +17,8 @@ use crate::fabric::{CommandRunner, Fabric, FabricError, FabricPlan, IMDS_ADDR};
 use crate::model::{Model, ModelError};
 use crate::netns::{NetnsError, bind_in};
 use crate::rand::Rng;
-use crate::simfile::{NodeInfo, SimFile, SubnetInfo, VpcInfo};
+use crate::sim::SharedFollower;
+use crate::simfile::{NodeInfo, OutsideInfo, SimFile, SubnetInfo, VpcInfo};
 use crate::{Sim, ec2, imds};
 
 /// How long shutdown waits for open connections before dropping them.
@@ -60,7 +61,7 @@ pub struct Running {
     /// What was written to sim.json.
     pub sim_file: SimFile,
     sim_json: PathBuf,
-    fabric: Option<Fabric<CommandRunner>>,
+    fabric: Option<SharedFabric>,
     stop: watch::Sender<bool>,
     servers: Vec<JoinHandle<()>>,
 }
@@ -84,6 +85,9 @@ fn loopback(port: u16) -> SocketAddr {
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port))
 }
 
+/// The fabric, shared by the EC2 server (which keeps it in line with the model) and shutdown.
+type SharedFabric = Arc<Mutex<Fabric<CommandRunner>>>;
+
 /// Listeners of one node: (IMDS, EC2-inside-the-node if any).
 type NodeListeners = (std::net::TcpListener, Option<std::net::TcpListener>);
 
@@ -92,7 +96,6 @@ pub async fn launch(cli: &Cli) -> Result<Running, LaunchError> {
     let topology = cli.topology()?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let model = Model::build(&topology, Rng::from_entropy(), clock.now_ms())?;
-    let sim = Arc::new(Sim::new(model, clock, cli.imds_lag_ms));
 
     let ec2_listener = TcpListener::bind(loopback(0))
         .await
@@ -114,18 +117,24 @@ pub async fn launch(cli: &Cli) -> Result<Running, LaunchError> {
             (None, v, None)
         }
         Mode::Fabric => {
-            let plan = FabricPlan::from_model(&cli.name, &sim.model())?;
-            let p = plan.clone();
+            let plan = FabricPlan::from_model(&cli.name, &model, cli.outside_ip)?;
+            let (p, m) = (plan.clone(), model.clone());
             let (fabric, listeners) =
-                tokio::task::spawn_blocking(move || build_fabric(&p, ec2_port))
+                tokio::task::spawn_blocking(move || build_fabric(&p, &m, ec2_port))
                     .await
                     .map_err(|e| LaunchError::Io {
                         what: "fabric setup task".into(),
                         source: std::io::Error::other(e.to_string()),
                     })??;
-            (Some(fabric), listeners, Some(plan))
+            (Some(Arc::new(Mutex::new(fabric))), listeners, Some(plan))
         }
     };
+    let mut sim = Sim::new(model, clock, cli.imds_lag_ms);
+    if let Some(f) = &fabric {
+        let follower: SharedFollower = f.clone();
+        sim = sim.with_follower(follower);
+    }
+    let sim = Arc::new(sim);
 
     let (stop, _) = watch::channel(false);
     let ec2_router = ec2::router(sim.clone());
@@ -181,6 +190,10 @@ pub async fn launch(cli: &Cli) -> Result<Running, LaunchError> {
             cidr: vpc.cidr,
         },
         vpc_netns: plan.as_ref().map(|p| p.vpc_netns.clone()),
+        outside: plan.as_ref().map(|p| OutsideInfo {
+            netns: p.outside.netns.clone(),
+            ip: p.outside.ip,
+        }),
         ec2_endpoint: format!("http://127.0.0.1:{ec2_port}"),
         subnets: model
             .subnets()
@@ -210,13 +223,15 @@ pub async fn launch(cli: &Cli) -> Result<Running, LaunchError> {
     Ok(running)
 }
 
-/// Builds the namespaces, then binds IMDS and EC2 inside each node (blocking; own threads).
+/// Builds the namespaces and the links of `model`'s attached ENIs, then binds IMDS and EC2
+/// inside each node (blocking; own threads).
 fn build_fabric(
     plan: &FabricPlan,
+    model: &Model,
     ec2_port: u16,
 ) -> Result<(Fabric<CommandRunner>, Vec<NodeListeners>), LaunchError> {
     let mut fabric = Fabric::new(CommandRunner);
-    fabric.build(plan)?;
+    fabric.build(plan, model)?;
     for ns in fabric.namespaces() {
         tracing::info!(netns = %ns, "created namespace");
     }
@@ -247,10 +262,12 @@ impl Running {
         if std::fs::remove_file(&self.sim_json).is_ok() {
             removed.push(self.sim_json.display().to_string());
         }
-        if let Some(mut fabric) = self.fabric.take() {
-            let gone = tokio::task::spawn_blocking(move || fabric.teardown())
-                .await
-                .unwrap_or_default();
+        if let Some(fabric) = self.fabric.take() {
+            let gone = tokio::task::spawn_blocking(move || {
+                fabric.lock().unwrap_or_else(|p| p.into_inner()).teardown()
+            })
+            .await
+            .unwrap_or_default();
             removed.extend(gone.into_iter().map(|ns| format!("netns {ns}")));
         }
         removed

@@ -2,7 +2,7 @@
 //!
 //! The [`model`] is the single source of truth (pure, no I/O). The [`ec2`] router serves the EC2
 //! Query API from it, the [`imds`] router serves one instance's metadata from a lagged view of it,
-//! and [`fabric`] turns the same model into namespaces, bridges and veths.
+//! and [`fabric`] turns the same model into a routed VPC of namespaces and veths.
 
 pub mod clock;
 pub mod config;

@@ -1,16 +1,46 @@
-//! The shared state every server reads: the model, the clock and the IMDS lag.
+//! The shared state every server reads: the model, the clock, the IMDS lag, and whatever must
+//! follow the model's changes (the fabric in fabric mode).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::clock::Clock;
+use crate::fabric::{Fabric, FabricError, Runner};
 use crate::model::Model;
 
-/// One simulator: the model behind a lock, the clock that stamps changes, and the IMDS lag.
-#[derive(Debug)]
+/// Something that must reflect every change of the model before EC2 answers (in fabric mode,
+/// the VPC's links and delivery routes).
+pub trait Follower: Send {
+    /// Brings the follower in line with `model`.
+    fn follow(&mut self, model: &Model) -> Result<(), FabricError>;
+}
+
+impl<R: Runner + Send> Follower for Fabric<R> {
+    fn follow(&mut self, model: &Model) -> Result<(), FabricError> {
+        self.sync(model).map(|_| ())
+    }
+}
+
+/// A follower shared between the EC2 server and whoever tears it down.
+pub type SharedFollower = Arc<Mutex<dyn Follower>>;
+
+/// One simulator: the model behind a lock, the clock that stamps changes, the IMDS lag, and an
+/// optional follower.
 pub struct Sim {
     model: Mutex<Model>,
     clock: Arc<dyn Clock>,
     imds_lag_ms: u64,
+    follower: Option<SharedFollower>,
+}
+
+impl std::fmt::Debug for Sim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sim")
+            .field("model", &self.model)
+            .field("clock", &self.clock)
+            .field("imds_lag_ms", &self.imds_lag_ms)
+            .field("follower", &self.follower.is_some())
+            .finish()
+    }
 }
 
 impl Sim {
@@ -20,7 +50,21 @@ impl Sim {
             model: Mutex::new(model),
             clock,
             imds_lag_ms,
+            follower: None,
         }
+    }
+
+    /// Adds a follower: after each successful EC2 change it is brought in line with the model
+    /// before the reply; if it cannot be, the change is rolled back and EC2 answers
+    /// `InternalError`.
+    pub fn with_follower(mut self, follower: SharedFollower) -> Self {
+        self.follower = Some(follower);
+        self
+    }
+
+    /// The follower, if any.
+    pub fn follower(&self) -> Option<&SharedFollower> {
+        self.follower.as_ref()
     }
 
     /// Locks the model. A handler that panicked while holding the lock cannot have left a

@@ -58,6 +58,15 @@ pub struct NodeInfo {
     pub imds_endpoint: String,
 }
 
+/// The outside (fabric mode): a namespace beyond the VPC's default route.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutsideInfo {
+    /// Its namespace (`NAME-out`).
+    pub netns: String,
+    /// Its one address; it sees source addresses exactly as they leave the VPC.
+    pub ip: Ipv4Addr,
+}
+
 /// The whole file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SimFile {
@@ -73,6 +82,9 @@ pub struct SimFile {
     pub vpc: VpcInfo,
     /// The VPC namespace in fabric mode.
     pub vpc_netns: Option<String>,
+    /// The outside in fabric mode (null in loopback mode).
+    #[serde(default)]
+    pub outside: Option<OutsideInfo>,
     /// EC2 in the root namespace.
     pub ec2_endpoint: String,
     /// Subnets.

@@ -1,59 +1,10 @@
 //! The `vpc-sim` binary in fabric mode: namespaces, eth0, IMDS at 169.254.169.254 inside the
-//! node, EC2 on the node's loopback, and full cleanup on SIGTERM. Needs root.
+//! node, EC2 on the node's loopback, and full cleanup on SIGTERM (outside included). Needs root.
 
 mod common;
 
-use std::net::TcpStream;
-use std::process::Command;
-
-use common::{SimProcess, host_port, http, unique};
-use vpc_sim::netns;
-
-fn ip(args: &[&str]) -> String {
-    let out = Command::new("ip").args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn our_namespaces(prefix: &str) -> Vec<String> {
-    ip(&["netns", "list"])
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(&format!("{prefix}-")))
-        .map(str::to_string)
-        .collect()
-}
-
-/// Deletes any namespace left with our prefix (only ever ours: the prefix is unique).
-struct NsGuard(String);
-
-impl Drop for NsGuard {
-    fn drop(&mut self) {
-        for ns in our_namespaces(&self.0) {
-            let _ = Command::new("ip").args(["netns", "del", &ns]).status();
-        }
-    }
-}
-
-/// One request from inside namespace `ns` to `addr`.
-fn http_in(
-    ns: &str,
-    addr: &str,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> (u16, String) {
-    let target = addr.to_string();
-    let stream = netns::run_in(ns, move || TcpStream::connect(&target))
-        .unwrap()
-        .unwrap();
-    http(stream, method, addr, path, headers, body)
-}
+use common::root::{NsGuard, http_in, ip, our_namespaces};
+use common::{SimProcess, host_port, unique};
 
 #[test]
 #[ignore = "needs root: run by scripts/test.sh as root"]
@@ -68,7 +19,14 @@ fn fabric_mode_builds_the_node_and_removes_everything() {
         let ns = node.netns.clone().unwrap();
         assert_eq!(ns, format!("{name}-node1"));
         assert_eq!(f.vpc_netns.as_deref(), Some(format!("{name}-vpc").as_str()));
-        let mut expected = vec![format!("{name}-node1"), format!("{name}-vpc")];
+        let out = f.outside.clone().expect("fabric mode has an outside");
+        assert_eq!(out.netns, format!("{name}-out"));
+        assert_eq!(out.ip.to_string(), "198.51.100.10");
+        let mut expected = vec![
+            format!("{name}-node1"),
+            format!("{name}-out"),
+            format!("{name}-vpc"),
+        ];
         expected.sort();
         let mut present = our_namespaces(&name);
         present.sort();
@@ -128,11 +86,13 @@ fn fabric_mode_builds_the_node_and_removes_everything() {
             our_namespaces(&name),
             sim.log()
         );
-        assert!(
-            sim.log().contains(&format!("removed netns {name}-vpc")),
-            "{}",
-            sim.log()
-        );
+        for ns in ["vpc", "out", "node1"] {
+            assert!(
+                sim.log().contains(&format!("removed netns {name}-{ns}")),
+                "{}",
+                sim.log()
+            );
+        }
     }
 }
 

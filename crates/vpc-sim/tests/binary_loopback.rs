@@ -24,6 +24,9 @@ fn loopback_mode_serves_ec2_and_imds_and_exits_cleanly() {
     assert_eq!(f.name, name);
     assert_eq!(f.mode.as_str(), "loopback");
     assert_eq!(f.vpc_netns, None);
+    assert_eq!(f.outside, None);
+    let raw = std::fs::read_to_string(sim.dir.join("sim.json")).unwrap();
+    assert!(raw.contains("\"outside\": null"), "{raw}");
     assert_eq!(f.nodes.len(), 2);
     assert_eq!(f.subnets[0].cidr.to_string(), "10.0.0.0/24");
     let node = &f.nodes[0];

@@ -50,6 +50,15 @@ impl Ec2Error {
         Self::new("InvalidParameterCombination", message)
     }
 
+    /// `InternalError` (HTTP 500), which SDKs treat as transient; `detail` says what failed.
+    pub fn internal(detail: &str) -> Self {
+        Self {
+            code: "InternalError".to_string(),
+            message: format!("An internal error has occurred ({detail})"),
+            status: 500,
+        }
+    }
+
     /// The body EC2 sends with an error.
     pub fn to_xml(&self, request_id: &str) -> String {
         format!(

@@ -52,19 +52,20 @@ async fn state(State(sim): State<Arc<Sim>>) -> Response {
 
 async fn handle(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
     let params = Params::parse(&body);
-    let now_ms = sim.now_ms();
-    let (request_id, result) = {
-        let mut model = sim.model();
-        let request_id = request_id(&mut model);
-        let result = dispatch(&mut Ctx {
-            model: &mut model,
-            params: &params,
-            now_ms,
-            request_id: &request_id,
-        });
-        (request_id, result)
+    let action = params.get("Action").unwrap_or("-").to_string();
+    let (request_id, result) = if sim.follower().is_some() {
+        // The follower runs commands (the fabric's `ip`): off the async workers.
+        let s = sim.clone();
+        match tokio::task::spawn_blocking(move || execute(&s, &params)).await {
+            Ok(r) => r,
+            Err(e) => (
+                "00000000-0000-0000-0000-000000000000".to_string(),
+                Err(Ec2Error::internal(&format!("the request task failed: {e}"))),
+            ),
+        }
+    } else {
+        execute(&sim, &params)
     };
-    let action = params.get("Action").unwrap_or("-");
     let (status, body) = match result {
         Ok(xml) => {
             tracing::debug!(action, request_id, "ok");
@@ -86,6 +87,40 @@ async fn handle(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
         headers.insert("x-amzn-requestid", v);
     }
     resp
+}
+
+/// Runs one request against the locked model and, when the simulator has a follower (the
+/// fabric), brings it in line before answering. A follower that cannot follow fails the call
+/// with `InternalError` and the model is rolled back, so EC2 and the fabric never disagree
+/// silently: a caller sees the failure and nothing changed.
+fn execute(sim: &Sim, params: &Params) -> (String, Result<String, Ec2Error>) {
+    let now_ms = sim.now_ms();
+    let mut model = sim.model();
+    let request_id = request_id(&mut model);
+    let before = sim.follower().map(|_| model.clone());
+    let result = dispatch(&mut Ctx {
+        model: &mut model,
+        params,
+        now_ms,
+        request_id: &request_id,
+    });
+    let (Ok(_), Some(before), Some(follower)) = (&result, before, sim.follower()) else {
+        return (request_id, result);
+    };
+    let mut follower = follower.lock().unwrap_or_else(|p| p.into_inner());
+    let Err(e) = follower.follow(&model) else {
+        return (request_id, result);
+    };
+    let action = params.get("Action").unwrap_or("-");
+    tracing::error!(action, request_id, error = %e, "FABRIC FAILURE: the VPC namespace could not follow this change; rolling the change back and answering InternalError");
+    *model = before;
+    if let Err(again) = follower.follow(&model) {
+        tracing::error!(action, request_id, error = %again, "FABRIC FAILURE: could not restore the VPC namespace either; EC2 state and the fabric DISAGREE until a later change repairs it");
+    }
+    (
+        request_id,
+        Err(Ec2Error::internal(&format!("vpc-sim fabric: {e}"))),
+    )
 }
 
 /// A UUID-shaped request id.

@@ -1,6 +1,8 @@
 //! Shared test helpers: an in-process harness, an XML tree for assertions, raw HTTP.
 #![allow(dead_code)]
 
+pub mod root;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -165,6 +167,15 @@ impl Harness {
         let clock = Arc::new(ManualClock::new(T0));
         let model = Model::build(&t, Rng::seeded(7), T0).unwrap();
         let sim = Arc::new(Sim::new(model, clock.clone(), lag_ms));
+        let ec2 = ec2::router(sim.clone());
+        Self { sim, clock, ec2 }
+    }
+
+    /// Like [`Harness::new`], with `follower` kept in line with every EC2 change.
+    pub fn with_follower(t: Topology, follower: vpc_sim::sim::SharedFollower) -> Self {
+        let clock = Arc::new(ManualClock::new(T0));
+        let model = Model::build(&t, Rng::seeded(7), T0).unwrap();
+        let sim = Arc::new(Sim::new(model, clock.clone(), 0).with_follower(follower));
         let ec2 = ec2::router(sim.clone());
         Self { sim, clock, ec2 }
     }

@@ -1,0 +1,542 @@
+//! The routed VPC for real (needs root): nodes reach each other and the outside, hot-plugged
+//! ENIs appear and disappear with their delivery routes, the source/destination check drops a
+//! packet that leaves through the wrong ENI, a fabric failure fails the EC2 call, and SIGTERM
+//! removes every namespace. EC2 is driven with plain form POSTs to the root-namespace endpoint.
+
+mod common;
+
+use std::net::{Ipv4Addr, TcpStream, UdpSocket};
+use std::time::Duration;
+
+use common::root::{NsGuard, exec_in, http_in, ip, our_namespaces};
+use common::{Node, SimProcess, host_port, http, parse_xml, unique};
+use vpc_sim::netns;
+use vpc_sim::simfile::SimFile;
+
+/// A running simulator in fabric mode, with its namespaces removed on drop whatever happens.
+struct Vpc {
+    sim: SimProcess,
+    f: SimFile,
+    name: String,
+    _guard: NsGuard,
+}
+
+impl Vpc {
+    fn start(nodes: usize, extra: &[&str]) -> Self {
+        let name = format!("vfv{}", unique());
+        let guard = NsGuard(name.clone());
+        let n = nodes.to_string();
+        let mut args = vec!["--mode", "fabric", "--nodes", n.as_str()];
+        args.extend_from_slice(extra);
+        let mut sim = SimProcess::start(&name, &args);
+        let f = sim.wait_ready();
+        Self {
+            sim,
+            f,
+            name,
+            _guard: guard,
+        }
+    }
+
+    fn vpc(&self) -> String {
+        self.f.vpc_netns.clone().unwrap()
+    }
+
+    fn out(&self) -> String {
+        self.f.outside.as_ref().unwrap().netns.clone()
+    }
+
+    fn outside_ip(&self) -> Ipv4Addr {
+        self.f.outside.as_ref().unwrap().ip
+    }
+
+    fn node(&self, i: usize) -> String {
+        self.f.nodes[i].netns.clone().unwrap()
+    }
+
+    /// One EC2 call (form POST, no signature); returns status and parsed body.
+    fn call(&self, pairs: &[(&str, &str)]) -> (u16, Node) {
+        let mut form = form_urlencoded::Serializer::new(String::new());
+        form.append_pair("Version", "2016-11-15");
+        for (k, v) in pairs {
+            form.append_pair(k, v);
+        }
+        let addr = host_port(&self.f.ec2_endpoint);
+        let (status, body) = http(
+            TcpStream::connect(&addr).unwrap(),
+            "POST",
+            &addr,
+            "/",
+            &[("Content-Type", "application/x-www-form-urlencoded")],
+            &form.finish(),
+        );
+        (status, parse_xml(&body))
+    }
+
+    fn ok(&self, pairs: &[(&str, &str)]) -> Node {
+        let (status, x) = self.call(pairs);
+        assert_eq!(status, 200, "{pairs:?} -> {x:?}\n{}", self.sim.log());
+        x
+    }
+
+    /// CreateNetworkInterface in the first subnet: (id, MAC, primary address).
+    fn create_eni(&self) -> (String, String, Ipv4Addr) {
+        let subnet = self.f.subnets[0].id.clone();
+        let x = self.ok(&[("Action", "CreateNetworkInterface"), ("SubnetId", &subnet)]);
+        let e = x.at("networkInterface");
+        (
+            e.text_at("networkInterfaceId").to_string(),
+            e.text_at("macAddress").to_string(),
+            e.text_at("privateIpAddress").parse().unwrap(),
+        )
+    }
+
+    /// AttachNetworkInterface to node `i` at `device`: the attachment id.
+    fn attach(&self, eni: &str, i: usize, device: u32) -> String {
+        let inst = self.f.nodes[i].instance_id.clone();
+        let d = device.to_string();
+        self.ok(&[
+            ("Action", "AttachNetworkInterface"),
+            ("NetworkInterfaceId", eni),
+            ("InstanceId", &inst),
+            ("DeviceIndex", &d),
+        ])
+        .text_at("attachmentId")
+        .to_string()
+    }
+
+    fn detach(&self, attachment: &str) {
+        self.ok(&[
+            ("Action", "DetachNetworkInterface"),
+            ("AttachmentId", attachment),
+        ]);
+    }
+
+    /// AssignPrivateIpAddresses with a count: the new addresses.
+    fn assign(&self, eni: &str, n: u32) -> Vec<Ipv4Addr> {
+        let n = n.to_string();
+        let x = self.ok(&[
+            ("Action", "AssignPrivateIpAddresses"),
+            ("NetworkInterfaceId", eni),
+            ("SecondaryPrivateIpAddressCount", &n),
+        ]);
+        x.items("assignedPrivateIpAddressesSet")
+            .iter()
+            .map(|i| i.text_at("privateIpAddress").parse().unwrap())
+            .collect()
+    }
+
+    /// Where the VPC delivers `addr`: (link of its /32 route, link + MAC of its neighbour entry).
+    fn delivery(&self, addr: Ipv4Addr) -> (Option<String>, Option<(String, String)>) {
+        let vpc = self.vpc();
+        let route = ip(&["-n", &vpc, "-4", "route", "show", &format!("{addr}/32")]);
+        let link = route
+            .lines()
+            .find_map(|l| word_after(l, "dev"))
+            .map(str::to_string);
+        let neigh = ip(&["-n", &vpc, "-4", "neigh", "show", &addr.to_string()]);
+        let entry = neigh
+            .lines()
+            .find(|l| l.contains("PERMANENT"))
+            .and_then(|l| Some((word_after(l, "dev")?, word_after(l, "lladdr")?)))
+            .map(|(d, m)| (d.to_string(), m.to_string()));
+        (link, entry)
+    }
+
+    /// Asserts that the VPC delivers `addr` to `link` with `mac`.
+    fn assert_delivered(&self, addr: Ipv4Addr, link: &str, mac: &str) {
+        assert_eq!(
+            self.delivery(addr),
+            (
+                Some(link.to_string()),
+                Some((link.to_string(), mac.to_string()))
+            ),
+            "delivery of {addr}"
+        );
+    }
+
+    fn assert_not_delivered(&self, addr: Ipv4Addr) {
+        assert_eq!(self.delivery(addr), (None, None), "delivery of {addr}");
+    }
+
+    /// SIGTERM; everything of ours must be gone afterwards.
+    fn stop(mut self) {
+        let status = self.sim.terminate();
+        assert!(status.success(), "exit {status}:\n{}", self.sim.log());
+        assert_eq!(
+            our_namespaces(&self.name),
+            Vec::<String>::new(),
+            "left behind\n{}",
+            self.sim.log()
+        );
+    }
+}
+
+fn word_after<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let mut words = line.split_whitespace();
+    words.find(|w| *w == key)?;
+    words.next()
+}
+
+/// The flags of `ip -o link show` output (`<BROADCAST,MULTICAST,UP,LOWER_UP>`).
+fn link_flags(line: &str) -> Vec<String> {
+    line.split_once('<')
+        .and_then(|(_, rest)| rest.split_once('>'))
+        .map(|(flags, _)| flags.split(',').map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// Whether a short, bounded ping from `ns` (optionally from source `src`) gets any reply.
+fn ping(ns: &str, src: Option<Ipv4Addr>, dst: Ipv4Addr) -> bool {
+    let dst = dst.to_string();
+    let src = src.map(|s| s.to_string());
+    let mut args = vec![
+        "ping", "-n", "-q", "-c", "2", "-i", "0.2", "-W", "1", "-w", "3",
+    ];
+    if let Some(s) = &src {
+        args.extend(["-I", s.as_str()]);
+    }
+    args.push(&dst);
+    exec_in(ns, &args).status.success()
+}
+
+/// Sends UDP from namespace `from` to the outside; returns the source address the outside saw.
+fn source_seen_outside(v: &Vpc, from: &str) -> Ipv4Addr {
+    let out_ip = v.outside_ip();
+    let sock = netns::run_in(&v.out(), move || UdpSocket::bind((out_ip, 0)))
+        .unwrap()
+        .unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let port = sock.local_addr().unwrap().port();
+    for _ in 0..5 {
+        netns::run_in(from, move || {
+            UdpSocket::bind("0.0.0.0:0")?.send_to(b"who am i", (out_ip, port))
+        })
+        .unwrap()
+        .unwrap();
+        let mut buf = [0u8; 16];
+        if let Ok((_, peer)) = sock.recv_from(&mut buf) {
+            match peer.ip() {
+                std::net::IpAddr::V4(a) => return a,
+                other => panic!("IPv6 source {other}"),
+            }
+        }
+    }
+    panic!("the outside got nothing from {from}");
+}
+
+/// Packets the namespace dropped for failing the reverse-path check (TcpExt IPReversePathFilter).
+fn rp_filter_drops(ns: &str) -> u64 {
+    let out = exec_in(ns, &["cat", "/proc/net/netstat"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    for pair in lines.chunks(2) {
+        if let [names, values] = pair
+            && names.starts_with("TcpExt:")
+        {
+            let found = names
+                .split_whitespace()
+                .zip(values.split_whitespace())
+                .find(|(n, _)| *n == "IPReversePathFilter");
+            if let Some((_, v)) = found {
+                return v.parse().unwrap();
+            }
+        }
+    }
+    panic!("no TcpExt IPReversePathFilter in /proc/net/netstat:\n{text}");
+}
+
+fn sysctl(ns: &str, key: &str) -> String {
+    let out = exec_in(ns, &["sysctl", "-n", key]);
+    assert!(out.status.success(), "{key}");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn two_nodes_reach_each_other_and_the_outside_sees_their_own_addresses() {
+    let v = Vpc::start(2, &[]);
+    let name = v.name.clone();
+    let (vpc, out) = (v.vpc(), v.out());
+    assert_eq!(out, format!("{name}-out"));
+    let mut present = our_namespaces(&name);
+    present.sort();
+    assert_eq!(
+        present,
+        ["node1", "node2", "out", "vpc"].map(|s| format!("{name}-{s}"))
+    );
+    let (n1, n2) = (&v.f.nodes[0], &v.f.nodes[1]);
+    let subnet = v.f.subnets[0].cidr;
+    assert!(subnet.contains(n1.primary_ip) && subnet.contains(n2.primary_ip));
+    for (i, n) in [n1, n2].into_iter().enumerate() {
+        let eth0 = ip(&["-n", &v.node(i), "-4", "-o", "addr", "show", "dev", "eth0"]);
+        assert!(
+            eth0.contains(&format!("inet {}/24", n.primary_ip)),
+            "{eth0}"
+        );
+        let link = format!("n{}d0", i + 1);
+        v.assert_delivered(n.primary_ip, &link, &n.mac);
+        let side = ip(&["-n", &vpc, "-o", "link", "show", &link]);
+        assert!(side.contains("mtu 9001"), "{side}");
+        assert!(link_flags(&side).contains(&"UP".to_string()), "{side}");
+        let addr = ip(&["-n", &vpc, "-4", "-o", "addr", "show", "dev", &link]);
+        assert!(addr.contains("inet 10.0.0.1/32"), "{addr}");
+        assert_eq!(
+            sysctl(&vpc, &format!("net.ipv4.conf.{link}.proxy_arp")),
+            "1"
+        );
+        assert_eq!(
+            sysctl(&vpc, &format!("net.ipv4.conf.{link}.rp_filter")),
+            "1"
+        );
+        assert_eq!(
+            sysctl(&vpc, &format!("net.ipv4.neigh.{link}.proxy_delay")),
+            "0"
+        );
+    }
+    assert_eq!(sysctl(&vpc, "net.ipv4.conf.all.rp_filter"), "1");
+    assert_eq!(sysctl(&vpc, "net.ipv4.ip_forward"), "1");
+    let routes = ip(&["-n", &vpc, "-4", "route", "show"]);
+    assert!(routes.contains("blackhole 10.0.0.0/16"), "{routes}");
+    assert!(
+        routes.contains("default via 192.0.2.2 dev vpc-out"),
+        "{routes}"
+    );
+    let out_routes = ip(&["-n", &out, "-4", "route", "show"]);
+    assert!(
+        out_routes.contains("10.0.0.0/16 via 192.0.2.1 dev eth0"),
+        "{out_routes}"
+    );
+    assert!(!out_routes.contains("default"), "{out_routes}");
+    let out_lo = ip(&["-n", &out, "-4", "-o", "addr", "show", "dev", "lo"]);
+    assert!(out_lo.contains("inet 198.51.100.10/32"), "{out_lo}");
+
+    assert!(ping(&v.node(0), None, n2.primary_ip), "node1 -> node2");
+    assert!(ping(&v.node(1), None, n1.primary_ip), "node2 -> node1");
+    assert!(ping(&v.node(0), None, v.outside_ip()), "node1 -> outside");
+    // No NAT in the VPC: the outside sees each node's own primary address.
+    assert_eq!(source_seen_outside(&v, &v.node(0)), n1.primary_ip);
+    assert_eq!(source_seen_outside(&v, &v.node(1)), n2.primary_ip);
+    // Addresses nobody holds (in the subnet, and elsewhere in the VPC) go nowhere.
+    assert!(!ping(&v.node(0), None, "10.0.0.200".parse().unwrap()));
+    assert!(!ping(&v.node(0), None, "10.0.9.9".parse().unwrap()));
+
+    v.stop();
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn an_attached_eni_is_hot_plugged_with_its_delivery_and_unplugged_on_detach() {
+    // A long IMDS lag: the device is there at once, IMDS does not list it yet (as on EC2).
+    let v = Vpc::start(1, &["--imds-lag-ms", "600000"]);
+    let (vpc, node) = (v.vpc(), v.node(0));
+    let (eni, mac, primary) = v.create_eni();
+    assert!(
+        ip(&["-n", &node, "-o", "link", "show"])
+            .lines()
+            .all(|l| !l.contains("eth1")),
+        "no eth1 before attach"
+    );
+    v.assert_not_delivered(primary);
+
+    let attachment = v.attach(&eni, 0, 1);
+    let eth1 = ip(&["-n", &node, "-o", "link", "show", "eth1"]);
+    assert!(eth1.contains(&format!("link/ether {mac}")), "{eth1}");
+    assert!(eth1.contains("mtu 9001"), "{eth1}");
+    assert!(
+        !link_flags(&eth1).contains(&"UP".to_string()),
+        "down: {eth1}"
+    );
+    let addr = ip(&["-n", &node, "-4", "-o", "addr", "show", "dev", "eth1"]);
+    assert!(addr.trim().is_empty(), "no address: {addr}");
+    let side = ip(&["-n", &vpc, "-4", "-o", "addr", "show", "dev", "n1d1"]);
+    assert!(side.contains("inet 10.0.0.1/32"), "{side}");
+    v.assert_delivered(primary, "n1d1", &mac);
+
+    let (status, token) = http_in(
+        &node,
+        "169.254.169.254:80",
+        "PUT",
+        "/latest/api/token",
+        &[("X-aws-ec2-metadata-token-ttl-seconds", "60")],
+        "",
+    );
+    assert_eq!(status, 200);
+    let (status, macs) = http_in(
+        &node,
+        "169.254.169.254:80",
+        "GET",
+        "/latest/meta-data/network/interfaces/macs/",
+        &[("X-aws-ec2-metadata-token", &token)],
+        "",
+    );
+    assert_eq!(status, 200);
+    assert!(!macs.contains(&mac), "IMDS lags: {macs}");
+
+    let added = v.assign(&eni, 2);
+    assert_eq!(added.len(), 2);
+    for a in &added {
+        v.assert_delivered(*a, "n1d1", &mac);
+    }
+    v.ok(&[
+        ("Action", "UnassignPrivateIpAddresses"),
+        ("NetworkInterfaceId", &eni),
+        ("PrivateIpAddress.1", &added[0].to_string()),
+    ]);
+    v.assert_not_delivered(added[0]);
+    v.assert_delivered(added[1], "n1d1", &mac);
+
+    v.detach(&attachment);
+    let links = ip(&["-n", &node, "-o", "link", "show"]);
+    assert!(links.lines().all(|l| !l.contains("eth1")), "{links}");
+    let vpc_links = ip(&["-n", &vpc, "-o", "link", "show"]);
+    assert!(!vpc_links.contains("n1d1"), "{vpc_links}");
+    v.assert_not_delivered(primary);
+    v.assert_not_delivered(added[1]);
+    // n1d0 still carries the router address it shared with n1d1, and the node still gets out.
+    let local = ip(&["-n", &vpc, "-4", "route", "show", "table", "local"]);
+    assert!(local.contains("local 10.0.0.1 dev n1d0"), "{local}");
+    assert!(!local.contains("n1d1"), "{local}");
+    assert!(ping(&node, None, v.outside_ip()), "node1 -> outside");
+
+    v.attach(&eni, 0, 1);
+    let eth1 = ip(&["-n", &node, "-o", "link", "show", "eth1"]);
+    assert!(eth1.contains(&format!("link/ether {mac}")), "{eth1}");
+    v.assert_delivered(primary, "n1d1", &mac);
+    v.assert_delivered(added[1], "n1d1", &mac);
+    // The node's own interface is untouched throughout.
+    v.assert_delivered(v.f.nodes[0].primary_ip, "n1d0", &v.f.nodes[0].mac);
+
+    v.stop();
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn the_source_destination_check_drops_a_packet_leaving_through_the_wrong_eni() {
+    let v = Vpc::start(2, &[]);
+    let (vpc, node1) = (v.vpc(), v.node(0));
+    let peer = v.f.nodes[1].primary_ip;
+    let (eni, _, primary) = v.create_eni();
+    v.attach(&eni, 0, 1);
+    let s = v.assign(&eni, 1)[0];
+
+    // What ipamd would do, by hand: eth1 up with its primary address (no connected route, so
+    // the main table keeps sending the subnet out of eth0), and S held by the node.
+    ip(&[
+        "-n",
+        &node1,
+        "addr",
+        "add",
+        &format!("{primary}/24"),
+        "dev",
+        "eth1",
+        "noprefixroute",
+    ]);
+    ip(&["-n", &node1, "link", "set", "eth1", "up"]);
+    ip(&["-n", &node1, "addr", "add", &format!("{s}/32"), "dev", "lo"]);
+    assert!(ping(&node1, None, peer), "node1 -> node2 from its primary");
+
+    let route = ip(&[
+        "-n",
+        &node1,
+        "route",
+        "get",
+        &peer.to_string(),
+        "from",
+        &s.to_string(),
+    ]);
+    assert!(route.contains("dev eth0"), "{route}");
+    let before = rp_filter_drops(&vpc);
+    assert!(
+        !ping(&node1, Some(s), peer),
+        "S out of eth0 must be dropped"
+    );
+    assert!(
+        rp_filter_drops(&vpc) > before,
+        "dropped by the VPC's reverse-path filter"
+    );
+
+    // Traffic from S through the ENI that holds S (what the per-ENI table does).
+    ip(&[
+        "-n",
+        &node1,
+        "rule",
+        "add",
+        "from",
+        &format!("{s}/32"),
+        "lookup",
+        "100",
+        "prio",
+        "100",
+    ]);
+    ip(&[
+        "-n",
+        &node1,
+        "route",
+        "add",
+        "10.0.0.1/32",
+        "dev",
+        "eth1",
+        "scope",
+        "link",
+        "table",
+        "100",
+    ]);
+    ip(&[
+        "-n", &node1, "route", "add", "default", "via", "10.0.0.1", "dev", "eth1", "table", "100",
+    ]);
+    let route = ip(&[
+        "-n",
+        &node1,
+        "route",
+        "get",
+        &peer.to_string(),
+        "from",
+        &s.to_string(),
+    ]);
+    assert!(route.contains("dev eth1"), "{route}");
+    assert!(ping(&node1, Some(s), peer), "S out of eth1 is delivered");
+    assert!(ping(&v.node(1), None, s), "and node2 reaches S");
+
+    v.stop();
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn a_fabric_failure_fails_the_call_and_leaves_ec2_unchanged() {
+    let v = Vpc::start(1, &[]);
+    let node = v.node(0);
+    let (eni, mac, primary) = v.create_eni();
+    let attachment = v.attach(&eni, 0, 1);
+    // Removing eth1 behind the simulator's back takes the VPC side along.
+    ip(&["-n", &node, "link", "del", "eth1"]);
+    let (status, x) = v.call(&[
+        ("Action", "AssignPrivateIpAddresses"),
+        ("NetworkInterfaceId", &eni),
+        ("SecondaryPrivateIpAddressCount", "1"),
+    ]);
+    assert_eq!(status, 500, "{x:?}");
+    assert_eq!(x.text_at("Errors/Error/Code"), "InternalError");
+    assert!(v.sim.log().contains("FABRIC FAILURE"), "{}", v.sim.log());
+    let x = v.ok(&[
+        ("Action", "DescribeNetworkInterfaces"),
+        ("NetworkInterfaceId.1", &eni),
+    ]);
+    let sets = x.items("networkInterfaceSet");
+    assert_eq!(
+        sets[0].items("privateIpAddressesSet").len(),
+        1,
+        "the assignment was rolled back"
+    );
+    // Detaching what is already gone works, and a new attachment plugs a fresh eth1.
+    v.detach(&attachment);
+    v.attach(&eni, 0, 1);
+    let eth1 = ip(&["-n", &node, "-o", "link", "show", "eth1"]);
+    assert!(eth1.contains(&format!("link/ether {mac}")), "{eth1}");
+    let added = v.assign(&eni, 1);
+    v.assert_delivered(primary, "n1d1", &mac);
+    v.assert_delivered(added[0], "n1d1", &mac);
+
+    v.stop();
+}
