@@ -32,6 +32,17 @@ pub enum LogTarget {
     File(PathBuf),
 }
 
+/// How the SNAT rule picks source ports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RandomizeSnat {
+    /// `--random-fully` (the default).
+    Prng,
+    /// `--random`.
+    HashRandom,
+    /// Neither.
+    None,
+}
+
 /// Where an HTTP endpoint listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BindAddress {
@@ -70,6 +81,15 @@ pub struct Config {
     pub external_snat: bool,
     /// `AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS`.
     pub exclude_snat_cidrs: Vec<Ipv4Network>,
+    /// `AWS_VPC_K8S_CNI_RANDOMIZESNAT`: `prng`, `hashrandom` or `none`.
+    pub randomize_snat: RandomizeSnat,
+    /// `AWS_VPC_CNI_NODE_PORT_SUPPORT`.
+    pub node_port_support: bool,
+    /// `AWS_VPC_K8S_CNI_CONNMARK`.
+    pub connmark: u32,
+    /// `IPAMD_RECONCILE_INTERVAL` (ours, seconds): how often the ENIs IMDS shows are compared
+    /// with the pool (the Go CNI: about every 60 s).
+    pub reconcile_interval: Duration,
     /// `CLUSTER_NAME`.
     pub cluster_name: Option<String>,
     /// `ADDITIONAL_ENI_TAGS` (a JSON object of strings).
@@ -97,16 +117,10 @@ pub struct Config {
 /// Variables that parse and validate but that this build does not act on yet; ipamd warns when
 /// one is set so nobody believes it took effect.
 pub const NOT_YET_EFFECTIVE: &[&str] = &[
-    "WARM_ENI_TARGET",
-    "AWS_VPC_K8S_CNI_VETHPREFIX",
     "WARM_IP_TARGET",
     "MINIMUM_IP_TARGET",
     "WARM_PREFIX_TARGET",
-    "MAX_ENI",
     "ENABLE_PREFIX_DELEGATION",
-    "AWS_VPC_ENI_MTU",
-    "AWS_VPC_K8S_CNI_EXTERNALSNAT",
-    "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS",
     "CLUSTER_NAME",
     "ADDITIONAL_ENI_TAGS",
     "INTROSPECTION_BIND_ADDRESS",
@@ -245,6 +259,43 @@ impl Config {
                 .collect::<Result<_, _>>()?,
         };
 
+        let randomize_snat = match env.string("AWS_VPC_K8S_CNI_RANDOMIZESNAT", "prng").as_str() {
+            "prng" => RandomizeSnat::Prng,
+            "hashrandom" => RandomizeSnat::HashRandom,
+            "none" => RandomizeSnat::None,
+            other => {
+                return Err(bad(
+                    "AWS_VPC_K8S_CNI_RANDOMIZESNAT",
+                    other,
+                    "expected prng, hashrandom or none",
+                ));
+            }
+        };
+        let connmark = match env.raw("AWS_VPC_K8S_CNI_CONNMARK") {
+            None => 0x80,
+            Some(v) => {
+                let parsed = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+                    Some(hex) => u32::from_str_radix(hex, 16).ok(),
+                    None => v.parse().ok(),
+                };
+                parsed.filter(|m| *m != 0).ok_or_else(|| {
+                    bad(
+                        "AWS_VPC_K8S_CNI_CONNMARK",
+                        &v,
+                        "expected a non-zero mark, decimal or 0x-hex",
+                    )
+                })?
+            }
+        };
+        let reconcile_secs = env.uint("IPAMD_RECONCILE_INTERVAL", 60)?;
+        if reconcile_secs == 0 {
+            return Err(bad(
+                "IPAMD_RECONCILE_INTERVAL",
+                "0",
+                "must be at least 1 second",
+            ));
+        }
+
         let additional_eni_tags = match env.raw("ADDITIONAL_ENI_TAGS") {
             None => Vec::new(),
             Some(v) => parse_tags(&v).map_err(|problem| bad("ADDITIONAL_ENI_TAGS", &v, problem))?,
@@ -291,6 +342,10 @@ impl Config {
             veth_prefix,
             external_snat: env.boolean("AWS_VPC_K8S_CNI_EXTERNALSNAT", false)?,
             exclude_snat_cidrs,
+            randomize_snat,
+            node_port_support: env.boolean("AWS_VPC_CNI_NODE_PORT_SUPPORT", true)?,
+            connmark,
+            reconcile_interval: Duration::from_secs(reconcile_secs.into()),
             cluster_name: env.raw("CLUSTER_NAME"),
             additional_eni_tags,
             ec2_endpoint: env.raw("AWS_EC2_ENDPOINT"),
@@ -345,6 +400,11 @@ mod tests {
         );
         assert_eq!((c.eni_mtu, c.veth_prefix.as_str()), (9001, "eni"));
         assert_eq!(
+            (c.randomize_snat, c.connmark, c.node_port_support),
+            (RandomizeSnat::Prng, 0x80, true)
+        );
+        assert_eq!(c.reconcile_interval, Duration::from_secs(60));
+        assert_eq!(
             c.introspection_bind,
             BindAddress::Tcp("127.0.0.1:61679".parse().unwrap())
         );
@@ -374,8 +434,16 @@ mod tests {
             ("INTROSPECTION_BIND_ADDRESS", "unix:/run/x.sock"),
             ("AWS_VPC_K8S_CNI_LOG_FILE", "stderr"),
             ("HTTP_TIMEOUT", "3"),
+            ("AWS_VPC_K8S_CNI_RANDOMIZESNAT", "hashrandom"),
+            ("AWS_VPC_K8S_CNI_CONNMARK", "0x4000"),
+            ("IPAMD_RECONCILE_INTERVAL", "2"),
         ])
         .unwrap();
+        assert_eq!(
+            (c.randomize_snat, c.connmark),
+            (RandomizeSnat::HashRandom, 0x4000)
+        );
+        assert_eq!(c.reconcile_interval, Duration::from_secs(2));
         assert_eq!(c.ip_cooldown, Duration::from_secs(5));
         assert_eq!(c.warm_eni_target, 2);
         assert_eq!(
@@ -407,6 +475,10 @@ mod tests {
             ("ADDITIONAL_ENI_TAGS", "{\"a\":1}"),
             ("ADDITIONAL_ENI_TAGS", "[]"),
             ("INTROSPECTION_BIND_ADDRESS", "localhost"),
+            ("AWS_VPC_K8S_CNI_RANDOMIZESNAT", "sometimes"),
+            ("AWS_VPC_K8S_CNI_CONNMARK", "0xzz"),
+            ("AWS_VPC_CNI_NODE_PORT_SUPPORT", "maybe"),
+            ("IPAMD_RECONCILE_INTERVAL", "0"),
             ("METRICS_BIND_ADDRESS", "unix:"),
             ("AWS_VPC_K8S_CNI_LOGLEVEL", "loud"),
             ("IPAMD_SOCKET", "relative.sock"),

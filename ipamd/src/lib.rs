@@ -6,8 +6,10 @@ pub mod config;
 mod convert;
 pub mod daemon;
 mod durability;
+pub mod host;
 pub mod logging;
+mod nodenet;
 pub mod retry;
 pub mod server;
 
-pub use daemon::{Daemon, StartupError};
+pub use daemon::{Daemon, Parts, StartupError};

@@ -8,7 +8,8 @@ use clap::{Parser, Subcommand};
 use cloud::aws::{AwsEc2, AwsImds, Ec2Settings};
 use ipamd::clock::SystemClock;
 use ipamd::config::{Config, NOT_YET_EFFECTIVE};
-use ipamd::{Daemon, logging, server};
+use ipamd::host::NetlinkHost;
+use ipamd::{Daemon, Parts, logging, server};
 use store::SledStore;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
@@ -103,8 +104,20 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
     })
     .await;
     let store = Arc::new(SledStore::open(&config.state_dir)?);
-    let daemon =
-        Arc::new(Daemon::start(&config, ec2, identity, store, Arc::new(SystemClock)).await?);
+    let daemon = Arc::new(
+        Daemon::start(
+            &config,
+            Parts {
+                ec2,
+                imds,
+                host: NetlinkHost,
+                store,
+                clock: Arc::new(SystemClock),
+                identity,
+            },
+        )
+        .await?,
+    );
 
     let listener = server::bind(&config.socket)
         .with_context(|| format!("binding {}", config.socket.display()))?;
@@ -123,6 +136,17 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
         })
     };
 
+    let reconciler = {
+        let daemon = Arc::clone(&daemon);
+        let period = config.reconcile_interval;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(period).await;
+                daemon.reconcile().await;
+            }
+        })
+    };
+
     let shutdown = async {
         tokio::select! {
             _ = sigterm.recv() => info!("Received SIGTERM, shutting down"),
@@ -131,6 +155,7 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
     };
     server::serve(listener, Arc::clone(&daemon), 0, shutdown).await;
     controller.abort();
+    reconciler.abort();
     daemon.flush().await.context("flushing state at shutdown")?;
     if let Err(e) = std::fs::remove_file(&config.socket) {
         warn!(error = %e, "could not remove the socket");

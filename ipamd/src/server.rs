@@ -27,9 +27,11 @@ pub trait Handler: Send + Sync + 'static {
     fn handle(&self, req: Request) -> impl Future<Output = Result<Reply, DaemonError>> + Send;
 }
 
-impl<E, S> Handler for crate::daemon::Daemon<E, S>
+impl<E, I, H, S> Handler for crate::daemon::Daemon<E, I, H, S>
 where
     E: cloud::Ec2,
+    I: cloud::Imds,
+    H: crate::host::HostNetwork,
     S: pool::StateStore + 'static,
 {
     fn handle(&self, req: Request) -> impl Future<Output = Result<Reply, DaemonError>> + Send {

@@ -1,21 +1,24 @@
-#![allow(dead_code)]
+#![allow(dead_code)] // shared by several test binaries, each using part of it
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cloud::fake::FakeEc2;
-use cloud::{EniMetadata, NetworkInterface, NodeIdentity};
+use cloud::fake::{FakeEc2, FakeImds};
+use cloud::{Attachment, EniMetadata, NetworkInterface, NodeIdentity};
 use ipam_proto::{AttachmentKey, PodMeta};
-use ipamd::Daemon;
 use ipamd::config::Config;
+use ipamd::host::{HostError, HostNetwork, NodeNet};
+use ipamd::{Daemon, Parts};
+use netops::EniSpec;
 use pool::{Clock, Timestamp};
 use store::SledStore;
 
 pub const ENI: &str = "eni-0primary";
+pub const INSTANCE: &str = "i-0123456789abcdef0";
 
 /// A clock the test moves by hand.
 #[derive(Default)]
@@ -36,8 +39,8 @@ impl Clock for ManualClock {
     }
 }
 
-pub fn config(state_dir: &Path) -> Config {
-    let vars: HashMap<&str, String> = [
+pub fn config(state_dir: &Path, env: &[(&str, &str)]) -> Config {
+    let mut vars: HashMap<&str, String> = [
         ("IPAMD_STATE_DIR", state_dir.display().to_string()),
         (
             "IPAMD_SOCKET",
@@ -46,12 +49,13 @@ pub fn config(state_dir: &Path) -> Config {
         ("AWS_VPC_K8S_CNI_LOG_FILE", "stderr".to_string()),
     ]
     .into();
+    vars.extend(env.iter().map(|(k, v)| (*k, v.to_string())));
     Config::from_env(|k| vars.get(k).cloned()).unwrap()
 }
 
 pub fn identity(instance_type: &str) -> NodeIdentity {
     NodeIdentity {
-        instance_id: "i-0123456789abcdef0".into(),
+        instance_id: INSTANCE.into(),
         instance_type: instance_type.into(),
         region: "us-west-2".into(),
         availability_zone: "us-west-2a".into(),
@@ -69,16 +73,27 @@ pub fn identity(instance_type: &str) -> NodeIdentity {
     }
 }
 
-/// EC2 knowing the node's primary ENI in a /24 (or the given subnet), ENIs capped at `ipv4_per_eni`.
-pub fn ec2(ipv4_per_eni: u32, subnet: &str) -> Arc<FakeEc2> {
+/// EC2 knowing the node's primary ENI (attached at device 0) in `subnet`; every ENI is
+/// capped at `ipv4_per_eni` addresses and the instance at `max_enis`.
+pub fn ec2_with(ipv4_per_eni: u32, max_enis: u32, subnet: &str) -> Arc<FakeEc2> {
     let ec2 = FakeEc2::default();
     ec2.set_ipv4_per_eni(ipv4_per_eni);
+    ec2.set_max_enis(max_enis);
     ec2.add_eni(
         NetworkInterface {
             id: ENI.into(),
+            mac: "02:00:00:00:00:01".into(),
             subnet_id: "subnet-1".into(),
             primary_ip: Some(Ipv4Addr::new(10, 0, 0, 10)),
             status: "in-use".into(),
+            security_groups: vec!["sg-node".into()],
+            attachment: Some(Attachment {
+                id: "eni-attach-primary".into(),
+                instance_id: INSTANCE.into(),
+                device_index: 0,
+                network_card_index: 0,
+                delete_on_termination: true,
+            }),
             ..Default::default()
         },
         subnet.parse().unwrap(),
@@ -86,7 +101,59 @@ pub fn ec2(ipv4_per_eni: u32, subnet: &str) -> Arc<FakeEc2> {
     Arc::new(ec2)
 }
 
-pub type TestDaemon = Daemon<Arc<FakeEc2>, SledStore>;
+/// t3.medium-like EC2: 6 IPv4 per ENI, 3 ENIs.
+pub fn ec2(ipv4_per_eni: u32, subnet: &str) -> Arc<FakeEc2> {
+    ec2_with(ipv4_per_eni, 3, subnet)
+}
+
+/// The node's network, recorded. `missing_links` makes that many ENI setups find no link yet.
+#[derive(Default)]
+pub struct RecordingHost {
+    calls: Mutex<Vec<String>>,
+    pub missing_links: AtomicU32,
+}
+
+impl RecordingHost {
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    fn record(&self, call: String) {
+        self.calls.lock().unwrap().push(call);
+    }
+}
+
+impl HostNetwork for RecordingHost {
+    async fn setup_node(&self, net: &NodeNet) -> Result<Vec<String>, HostError> {
+        self.record(format!("node {} mtu {}", net.primary_ip, net.mtu));
+        Ok(vec![])
+    }
+
+    async fn setup_eni(&self, spec: &EniSpec) -> Result<Vec<String>, HostError> {
+        let missing = self
+            .missing_links
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if missing {
+            return Err(HostError::LinkNotFound(netops::format_mac(&spec.mac)));
+        }
+        self.record(format!(
+            "setup eni device {} ip {} table {} subnet {}",
+            spec.device_number,
+            spec.primary_ip,
+            netops::eni_table(spec.device_number),
+            spec.subnet
+        ));
+        Ok(vec![])
+    }
+
+    async fn teardown_eni(&self, device: u32, ip: Ipv4Addr) -> Result<Vec<String>, HostError> {
+        self.record(format!("teardown eni device {device} ip {ip}"));
+        Ok(vec![])
+    }
+}
+
+pub type TestDaemon = Daemon<Arc<FakeEc2>, FakeImds, Arc<RecordingHost>, SledStore>;
 
 pub async fn start(dir: &Path, ec2: &Arc<FakeEc2>, clock: &Arc<ManualClock>) -> TestDaemon {
     try_start(dir, ec2, clock, "t3.medium").await.unwrap()
@@ -98,13 +165,36 @@ pub async fn try_start(
     clock: &Arc<ManualClock>,
     instance_type: &str,
 ) -> Result<TestDaemon, ipamd::StartupError> {
+    start_with(
+        dir,
+        ec2,
+        clock,
+        instance_type,
+        &Arc::new(RecordingHost::default()),
+        &[],
+    )
+    .await
+}
+
+pub async fn start_with(
+    dir: &Path,
+    ec2: &Arc<FakeEc2>,
+    clock: &Arc<ManualClock>,
+    instance_type: &str,
+    host: &Arc<RecordingHost>,
+    env: &[(&str, &str)],
+) -> Result<TestDaemon, ipamd::StartupError> {
     let store = Arc::new(SledStore::open(&dir.join("state")).unwrap());
     Daemon::start(
-        &config(&dir.join("state")),
-        Arc::clone(ec2),
-        identity(instance_type),
-        store,
-        Arc::clone(clock) as Arc<dyn Clock>,
+        &config(&dir.join("state"), env),
+        Parts {
+            ec2: Arc::clone(ec2),
+            imds: FakeImds::default(),
+            host: Arc::clone(host),
+            store,
+            clock: Arc::clone(clock) as Arc<dyn Clock>,
+            identity: identity(instance_type),
+        },
     )
     .await
 }

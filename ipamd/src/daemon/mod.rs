@@ -1,0 +1,288 @@
+//! The daemon's state and its startup: instance limits -> stored state -> node network ->
+//! reconcile with EC2 -> first growth. Requests, growth and reconciliation live in the
+//! submodules.
+
+mod grow;
+mod reconcile;
+mod requests;
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use cloud::{CloudError, Ec2, Imds, InstanceLimits, InstanceTable, NodeIdentity};
+use pool::{Blocked, Clock, NodeLimits, Pool, StateStore, Targets, Timestamp};
+use thiserror::Error;
+use tokio::sync::Notify;
+use tracing::{info, warn};
+
+use crate::config::Config;
+use crate::durability::{Durability, PersistError};
+use crate::host::{HostError, HostNetwork, NodeNet};
+use crate::retry::retry_transient;
+
+/// How long growth pauses after EC2 says the subnet is full (the Go CNI's 120 s).
+pub const SUBNET_FULL_PAUSE: Duration = Duration::from_secs(120);
+
+/// Why ipamd could not start. Each names what it was doing.
+#[derive(Debug, Error)]
+pub enum StartupError {
+    /// Neither the embedded table nor EC2 knows the instance type.
+    #[error(
+        "unknown instance type {instance_type}: not in the embedded table and DescribeInstanceTypes failed: {source}"
+    )]
+    UnknownInstanceType {
+        /// The type.
+        instance_type: String,
+        /// EC2's answer.
+        source: CloudError,
+    },
+    /// Stored state could not be read.
+    #[error("reading stored state from {dir}: {reason}")]
+    Restore {
+        /// State directory.
+        dir: String,
+        /// Why.
+        reason: String,
+    },
+    /// The node's network could not be set up.
+    #[error("setting up the node's network: {0}")]
+    NodeNetwork(HostError),
+    /// EC2 could not be asked what the node's ENIs hold.
+    #[error("reconciling with EC2: {0}")]
+    Reconcile(CloudError),
+    /// The primary ENI is not among the instance's ENIs in EC2.
+    #[error("EC2 does not list the primary ENI {0} as attached to this instance")]
+    NoPrimaryEni(String),
+    /// Writing state failed.
+    #[error(transparent)]
+    Persist(#[from] PersistError),
+}
+
+/// What the node is, fixed at startup.
+#[derive(Clone, Debug)]
+pub struct Node {
+    /// IMDS identity.
+    pub identity: NodeIdentity,
+    /// Instance limits (from the table or EC2).
+    pub instance: InstanceLimits,
+    /// Node-wide network settings.
+    pub net: NodeNet,
+    /// The warm-pool targets.
+    pub targets: Targets,
+    /// MAX_ENI.
+    pub max_eni: Option<u32>,
+}
+
+/// Why the pool is not growing, for STATUS and the CNI error of an ADD that found no address.
+#[derive(Clone, Debug, Default)]
+struct Growth {
+    paused_until: Option<Timestamp>,
+    last_error: Option<String>,
+    blocked: Option<Blocked>,
+}
+
+/// The running daemon, generic over its seams: EC2, IMDS, the node's network and the store.
+pub struct Daemon<E, I, H, S> {
+    ec2: E,
+    imds: I,
+    host: H,
+    clock: Arc<dyn Clock>,
+    node: Node,
+    /// The planning limits; ENIs ipamd does not manage take ENI slots, so this changes.
+    limits: Mutex<NodeLimits>,
+    /// The primary ENI's security groups, which new ENIs get.
+    security_groups: Mutex<Vec<String>>,
+    /// Attached ENIs ipamd does not manage, as EC2 last listed them.
+    unmanaged: Mutex<std::collections::BTreeSet<String>>,
+    pool: Mutex<Pool>,
+    durable: Durability<S>,
+    growth: Mutex<Growth>,
+    /// Growth and reconciliation both change ENIs through EC2: one at a time.
+    ec2_ops: tokio::sync::Mutex<()>,
+    kick: Notify,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every operation on the guarded values completes before it mutates them, so a lock
+    // poisoned by a panic elsewhere still guards consistent data.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Finds the instance's limits: the embedded table first, EC2 for a type the table lacks.
+pub async fn instance_limits<E: Ec2>(
+    ec2: &E,
+    instance_type: &str,
+) -> Result<InstanceLimits, StartupError> {
+    if let Some(limits) = InstanceTable::embedded().get(instance_type) {
+        return Ok(limits);
+    }
+    info!(
+        instance_type,
+        "instance type not in the embedded table, asking DescribeInstanceTypes"
+    );
+    retry_transient("DescribeInstanceTypes", || {
+        ec2.describe_instance_type(instance_type)
+    })
+    .await
+    .map_err(|source| StartupError::UnknownInstanceType {
+        instance_type: instance_type.to_string(),
+        source,
+    })
+}
+
+/// The seams and settings a daemon starts from.
+pub struct Parts<E, I, H, S> {
+    /// EC2.
+    pub ec2: E,
+    /// IMDS.
+    pub imds: I,
+    /// The node's network.
+    pub host: H,
+    /// The state store.
+    pub store: Arc<S>,
+    /// The clock.
+    pub clock: Arc<dyn Clock>,
+    /// Who the node is.
+    pub identity: NodeIdentity,
+}
+
+impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+    /// Starts the daemon; returns once it can serve.
+    pub async fn start(config: &Config, parts: Parts<E, I, H, S>) -> Result<Self, StartupError> {
+        let Parts {
+            ec2,
+            imds,
+            host,
+            store,
+            clock,
+            identity,
+        } = parts;
+        let instance = instance_limits(&ec2, &identity.instance_type).await?;
+        let max_enis = config
+            .max_eni
+            .map_or(instance.max_enis, |m| m.min(instance.max_enis));
+        let limits = NodeLimits {
+            max_enis,
+            secondary_ips_per_eni: instance.secondary_ips_per_eni(),
+            max_pods: instance.max_pods(),
+        };
+        info!(
+            instance_id = %identity.instance_id,
+            instance_type = %identity.instance_type,
+            max_enis,
+            ips_per_eni = instance.ipv4_per_eni,
+            max_pods = limits.max_pods,
+            "node limits"
+        );
+
+        let state = store.load().map_err(|e| StartupError::Restore {
+            dir: config.state_dir.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        let (pool, fixes, issues) = Pool::restore(state, config.ip_cooldown);
+        for issue in &issues {
+            warn!(?issue, "stored state repaired");
+        }
+        let net = NodeNet {
+            primary_mac: identity.primary_eni.mac.clone(),
+            primary_ip: identity.primary_ip,
+            mtu: config.eni_mtu,
+            vpc_cidrs: identity.vpc_cidrs.clone(),
+            exclude_snat_cidrs: config.exclude_snat_cidrs.clone(),
+            external_snat: config.external_snat,
+            randomize: config.randomize_snat,
+            veth_prefix: config.veth_prefix.clone(),
+            connmark: config.connmark,
+            node_port_support: config.node_port_support,
+        };
+        let daemon = Daemon {
+            ec2,
+            imds,
+            host,
+            clock,
+            node: Node {
+                identity,
+                instance,
+                net,
+                targets: Targets {
+                    warm_eni: config.warm_eni_target,
+                },
+                max_eni: config.max_eni,
+            },
+            limits: Mutex::new(limits),
+            security_groups: Mutex::new(Vec::new()),
+            unmanaged: Mutex::new(Default::default()),
+            pool: Mutex::new(pool),
+            durable: Durability::new(store),
+            growth: Mutex::new(Growth::default()),
+            ec2_ops: tokio::sync::Mutex::new(()),
+            kick: Notify::new(),
+        };
+        let seq = daemon.durable.apply(&fixes)?;
+        daemon.durable.wait(seq).await?;
+        {
+            let c = lock(&daemon.pool).counts(daemon.clock.now());
+            info!(
+                assigned = c.assigned,
+                cooling = c.cooling,
+                total = c.total,
+                "restored state"
+            );
+        }
+        let changes = daemon
+            .host
+            .setup_node(&daemon.node.net)
+            .await
+            .map_err(StartupError::NodeNetwork)?;
+        log_changes("node network", &changes);
+        daemon.reconcile_with_ec2().await?;
+        daemon.grow().await;
+        Ok(daemon)
+    }
+
+    /// The node.
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
+    /// The limits the pool plans with now.
+    pub fn limits(&self) -> NodeLimits {
+        *lock(&self.limits)
+    }
+
+    /// A snapshot of the pool (for tests and, later, introspection).
+    pub fn pool_snapshot(&self) -> Pool {
+        lock(&self.pool).clone()
+    }
+
+    /// Waits until something asks the controller to run early (an ADD, or one that found no
+    /// address).
+    pub async fn kicked(&self) {
+        self.kick.notified().await;
+    }
+
+    /// Makes everything applied durable (at shutdown).
+    pub async fn flush(&self) -> Result<(), PersistError> {
+        self.durable.wait(self.durable.seen()).await
+    }
+
+    fn log_pool_stats(&self) {
+        let c = lock(&self.pool).counts(self.clock.now());
+        // Worded as the Go CNI's line so operators' greps keep working.
+        info!(
+            "IP pool stats: Total IPs = {}, AssignedIPs/CooldownIPs: {}/{}, c.maxIPsPerENI = {}",
+            c.total,
+            c.assigned,
+            c.cooling,
+            self.limits().secondary_ips_per_eni
+        );
+    }
+}
+
+fn log_changes(what: &str, changes: &[String]) {
+    if changes.is_empty() {
+        info!("{what}: already in place");
+    } else {
+        info!("{what}: {}", changes.join("; "));
+    }
+}

@@ -1,0 +1,176 @@
+//! The plugin's requests: ADD, DEL, CHECK, STATUS, GC. Each change is applied to the store under
+//! the pool lock and the reply waits for a (shared) flush.
+
+use std::collections::HashSet;
+
+use cloud::{Ec2, Imds};
+use ipam_proto::{self as proto, DaemonError, ErrorKind, Reply, Request};
+use pool::{AssignError, StateStore, Timestamp};
+use tracing::{debug, info, warn};
+
+use super::{Daemon, lock};
+use crate::convert;
+use crate::host::HostNetwork;
+
+fn internal(e: impl std::fmt::Display) -> DaemonError {
+    DaemonError::new(ErrorKind::Internal, e.to_string())
+}
+
+impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+    /// Handles one plugin request.
+    pub async fn handle(&self, req: Request) -> Result<Reply, DaemonError> {
+        match req {
+            Request::Add(r) => self.add(r).await,
+            Request::Del(r) => self.del(r).await,
+            Request::Check(r) => self.check(r).await,
+            Request::Status => Ok(self.status()),
+            Request::Gc(r) => self.gc(r).await,
+        }
+    }
+
+    async fn persist(&self, seq: u64) -> Result<(), DaemonError> {
+        self.durable.wait(seq).await.map_err(internal)
+    }
+
+    async fn add(&self, r: proto::AddRequest) -> Result<Reply, DaemonError> {
+        let key = convert::key(&r.key);
+        let now = self.clock.now();
+        let outcome = {
+            let mut pool = lock(&self.pool);
+            let existing = pool.get(&key).is_some();
+            match pool.assign(&key, &convert::pod(&r.pod, &r.netns), now) {
+                Ok((allocated, muts)) => match self.durable.apply(&muts) {
+                    Ok(seq) => Ok((allocated, existing, seq)),
+                    Err(e) => {
+                        // Nothing reached the store: take the assignment back.
+                        if !existing {
+                            pool.unassign_unused(&key);
+                        }
+                        return Err(internal(e));
+                    }
+                },
+                Err(e) => Err(e),
+            }
+        };
+        let (allocated, existing, seq) = match outcome {
+            Ok(ok) => ok,
+            Err(e) => return Err(self.no_address(&key, e, now)),
+        };
+        if let Err(e) = self.persist(seq).await {
+            if !existing {
+                let mut pool = lock(&self.pool);
+                if let Some(m) = pool.unassign_unused(&key) {
+                    let _ = self.durable.apply(&m);
+                }
+            }
+            return Err(e);
+        }
+        // The pool may have dropped below its target: let the controller look now.
+        self.kick.notify_one();
+        info!(
+            attachment = %key, ip = %allocated.ip, eni = %allocated.eni_id,
+            pod = %format_args!("{}/{}", r.pod.namespace, r.pod.name),
+            "assigned address"
+        );
+        Ok(Reply::Add(proto::AddReply {
+            allocation: convert::allocation(&allocated),
+            existing,
+        }))
+    }
+
+    fn no_address(&self, key: &pool::AttachmentKey, e: AssignError, now: Timestamp) -> DaemonError {
+        self.kick.notify_one();
+        let growth = match (self.can_grow(now), self.last_growth_error()) {
+            (Err(why), _) => why,
+            (Ok(()), Some(last)) => format!("the pool is growing (last attempt: {last})"),
+            (Ok(()), None) => "the pool is growing, retry shortly".to_string(),
+        };
+        let message = format!("no address for {key}: {e}; {growth}");
+        warn!("{message}");
+        DaemonError::new(ErrorKind::NoAddresses, message)
+    }
+
+    async fn del(&self, r: proto::DelRequest) -> Result<Reply, DaemonError> {
+        let key = convert::key(&r.key);
+        let now = self.clock.now();
+        let (released, seq) = {
+            let mut pool = lock(&self.pool);
+            match pool.release(&key, now) {
+                Some((released, muts)) => {
+                    (Some(released), self.durable.apply(&muts).map_err(internal)?)
+                }
+                None => (None, self.durable.seen()),
+            }
+        };
+        self.persist(seq).await?;
+        match &released {
+            Some(rel) => info!(
+                attachment = %key, ip = %rel.allocation.ip, reason = ?r.reason,
+                cooling_for = ?now.until(rel.cooling_until), "released address"
+            ),
+            None => debug!(attachment = %key, "DEL of an attachment that holds nothing"),
+        }
+        Ok(Reply::Del(proto::DelReply {
+            released: released.map(|r| convert::allocation(&r.allocation)),
+        }))
+    }
+
+    async fn check(&self, r: proto::CheckRequest) -> Result<Reply, DaemonError> {
+        let key = convert::key(&r.key);
+        let found = lock(&self.pool).get(&key);
+        self.persist(self.durable.seen()).await?;
+        match found {
+            Some(a) => Ok(Reply::Check(proto::CheckReply {
+                allocation: convert::allocation(&a),
+            })),
+            None => Err(DaemonError::new(
+                ErrorKind::UnknownAttachment,
+                format!("ipamd holds no address for {key}"),
+            )),
+        }
+    }
+
+    fn status(&self) -> Reply {
+        let now = self.clock.now();
+        let counts = lock(&self.pool).counts(now);
+        let reason = if counts.available > 0 {
+            None
+        } else {
+            self.can_grow(now).err().map(|why| {
+                format!(
+                    "no address available ({} assigned, {} cooling) and the pool cannot grow: {why}",
+                    counts.assigned, counts.cooling
+                )
+            })
+        };
+        Reply::Status(proto::StatusReply {
+            ready: reason.is_none(),
+            reason,
+            pool: convert::counts(counts),
+        })
+    }
+
+    async fn gc(&self, r: proto::GcRequest) -> Result<Reply, DaemonError> {
+        let valid: HashSet<(String, String)> = r
+            .valid
+            .into_iter()
+            .map(|v| (v.container_id, v.ifname))
+            .collect();
+        let now = self.clock.now();
+        let (released, seq) = {
+            let mut pool = lock(&self.pool);
+            let (released, muts) = pool.gc(&r.network, &valid, now);
+            (released, self.durable.apply(&muts).map_err(internal)?)
+        };
+        self.persist(seq).await?;
+        for rel in &released {
+            info!(attachment = %rel.allocation.key, ip = %rel.allocation.ip, "GC released address");
+        }
+        Ok(Reply::Gc(proto::GcReply {
+            released: released
+                .iter()
+                .map(|r| convert::allocation(&r.allocation))
+                .collect(),
+        }))
+    }
+}

@@ -1,0 +1,152 @@
+//! The node's network, behind a seam: the daemon asks for node setup and per-ENI setup and
+//! teardown; production does it over netlink and iptables (netops) on blocking threads, daemon
+//! tests record the calls.
+
+use std::future::Future;
+use std::net::Ipv4Addr;
+
+use ipnetwork::Ipv4Network;
+use netops::EniSpec;
+use thiserror::Error;
+
+use crate::config::RandomizeSnat;
+
+/// Node-wide settings: the primary ENI's link and the SNAT and connmark rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeNet {
+    /// The primary ENI's MAC (its link is found by it).
+    pub primary_mac: String,
+    /// The node's primary address.
+    pub primary_ip: Ipv4Addr,
+    /// `AWS_VPC_ENI_MTU`, applied to the primary ENI's link.
+    pub mtu: u32,
+    /// The VPC's CIDRs (traffic to them is not SNATed).
+    pub vpc_cidrs: Vec<Ipv4Network>,
+    /// `AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS`.
+    pub exclude_snat_cidrs: Vec<Ipv4Network>,
+    /// `AWS_VPC_K8S_CNI_EXTERNALSNAT`.
+    pub external_snat: bool,
+    /// `AWS_VPC_K8S_CNI_RANDOMIZESNAT`.
+    pub randomize: RandomizeSnat,
+    /// Host veth prefix (matches pod traffic in the connmark rules).
+    pub veth_prefix: String,
+    /// `AWS_VPC_K8S_CNI_CONNMARK`.
+    pub connmark: u32,
+    /// `AWS_VPC_CNI_NODE_PORT_SUPPORT`.
+    pub node_port_support: bool,
+}
+
+/// A host network operation that failed.
+#[derive(Debug, Error)]
+pub enum HostError {
+    /// The ENI's link has not appeared yet (hot-plug lags the attachment): try again.
+    #[error("no link with MAC {0} yet")]
+    LinkNotFound(String),
+    /// Anything else.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<netops::Error> for HostError {
+    fn from(e: netops::Error) -> Self {
+        match e {
+            netops::Error::NoLinkWithMac { mac } => HostError::LinkNotFound(mac),
+            other => HostError::Failed(other.to_string()),
+        }
+    }
+}
+
+/// The daemon's side effects on the node's network. Each call is idempotent and returns what
+/// it changed, in words (empty when everything was already in place).
+pub trait HostNetwork: Send + Sync + 'static {
+    /// Primary ENI link, SNAT, connmark, the fwmark rule and rp_filter.
+    fn setup_node(
+        &self,
+        net: &NodeNet,
+    ) -> impl Future<Output = Result<Vec<String>, HostError>> + Send;
+
+    /// A secondary ENI's link, route table and rule.
+    fn setup_eni(
+        &self,
+        spec: &EniSpec,
+    ) -> impl Future<Output = Result<Vec<String>, HostError>> + Send;
+
+    /// Everything an ENI at `device_number` left: its table, its rule, its pods' rules.
+    fn teardown_eni(
+        &self,
+        device_number: u32,
+        primary_ip: Ipv4Addr,
+    ) -> impl Future<Output = Result<Vec<String>, HostError>> + Send;
+}
+
+/// The real node network, over netlink and iptables, each call on a blocking thread with a
+/// socket of its own (in the namespace ipamd runs in).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NetlinkHost;
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, HostError> + Send + 'static,
+) -> Result<T, HostError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| HostError::Failed(format!("host network task: {e}")))?
+}
+
+impl HostNetwork for NetlinkHost {
+    async fn setup_node(&self, net: &NodeNet) -> Result<Vec<String>, HostError> {
+        let net = net.clone();
+        blocking(move || crate::nodenet::setup(&net)).await
+    }
+
+    async fn setup_eni(&self, spec: &EniSpec) -> Result<Vec<String>, HostError> {
+        let spec = spec.clone();
+        blocking(move || {
+            let nl = netops::Netlink::current()?;
+            Ok(netops::setup_eni(&nl, &spec)?.changes)
+        })
+        .await
+    }
+
+    async fn teardown_eni(
+        &self,
+        device_number: u32,
+        primary_ip: Ipv4Addr,
+    ) -> Result<Vec<String>, HostError> {
+        blocking(move || {
+            let nl = netops::Netlink::current()?;
+            let report = netops::teardown_eni(&nl, device_number, primary_ip)?;
+            Ok(report
+                .rules
+                .iter()
+                .map(|r| format!("removed rule {r}"))
+                .chain(report.routes.iter().map(|r| format!("removed route {r}")))
+                .collect())
+        })
+        .await
+    }
+}
+
+/// A shared host network is a host network (tests keep a handle on the recorder).
+impl<T: HostNetwork> HostNetwork for std::sync::Arc<T> {
+    fn setup_node(
+        &self,
+        net: &NodeNet,
+    ) -> impl Future<Output = Result<Vec<String>, HostError>> + Send {
+        (**self).setup_node(net)
+    }
+
+    fn setup_eni(
+        &self,
+        spec: &EniSpec,
+    ) -> impl Future<Output = Result<Vec<String>, HostError>> + Send {
+        (**self).setup_eni(spec)
+    }
+
+    fn teardown_eni(
+        &self,
+        device_number: u32,
+        primary_ip: Ipv4Addr,
+    ) -> impl Future<Output = Result<Vec<String>, HostError>> + Send {
+        (**self).teardown_eni(device_number, primary_ip)
+    }
+}

@@ -1,0 +1,52 @@
+//! Node-wide network setup on the real node: the primary ENI's link MTU, then SNAT, connmark,
+//! the prio-1024 fwmark rule and rp_filter (netops::snat), all idempotent.
+
+use netops::snat::{self, NodeNetConfig, Randomize, SystemRunner};
+use netops::{Netlink, parse_mac};
+use tracing::info;
+
+use crate::config::RandomizeSnat;
+use crate::host::{HostError, NodeNet};
+
+impl From<snat::SnatError> for HostError {
+    fn from(e: snat::SnatError) -> Self {
+        HostError::Failed(e.to_string())
+    }
+}
+
+/// Sets up the node's network. Returns what changed (empty when all was in place).
+pub fn setup(net: &NodeNet) -> Result<Vec<String>, HostError> {
+    let nl = Netlink::current()?;
+    let mac = parse_mac(&net.primary_mac)
+        .ok_or_else(|| HostError::Failed(format!("bad primary MAC {:?}", net.primary_mac)))?;
+    let link = nl
+        .link_by_mac(&mac)?
+        .ok_or_else(|| HostError::LinkNotFound(net.primary_mac.clone()))?;
+    let mut changes = Vec::new();
+    if link.mtu != Some(net.mtu) {
+        nl.set_link_mtu(link.index, net.mtu)?;
+        changes.push(format!("{} mtu {}", link.name, net.mtu));
+    }
+
+    let runner = SystemRunner;
+    let backend = snat::detect_backend(&runner)?;
+    info!(?backend, primary_if = %link.name, "iptables backend");
+    let cfg = NodeNetConfig {
+        primary_if: link.name,
+        primary_ip: net.primary_ip,
+        vpc_cidrs: net.vpc_cidrs.clone(),
+        exclude_snat_cidrs: net.exclude_snat_cidrs.clone(),
+        external_snat: net.external_snat,
+        randomize: match net.randomize {
+            RandomizeSnat::Prng => Randomize::Prng,
+            RandomizeSnat::HashRandom => Randomize::HashRandom,
+            RandomizeSnat::None => Randomize::None,
+        },
+        veth_prefix: net.veth_prefix.clone(),
+        connmark: net.connmark,
+        node_port_support: net.node_port_support,
+    };
+    let report = snat::setup_node_networking(&runner, &nl, backend, &cfg)?;
+    changes.extend(report.changes());
+    Ok(changes)
+}
