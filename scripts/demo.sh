@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The main job, on VPC-in-a-box: a node whose ipamd got VPC addresses from EC2 (vpc-sim, through
-# the real AWS SDK), three pods wired by the vpc-cni plugin exactly as a container runtime would
-# call it, the node reaching every pod, and every address released on DEL. Everything it creates
-# is removed on exit, also after a failure. Needs root.
+# The main job, on VPC-in-a-box: two nodes whose ipamd got VPC addresses and a second ENI from
+# EC2 (vpc-sim, through the real AWS SDK); six pods wired by the vpc-cni plugin exactly as a
+# container runtime would call it, spread over primary and secondary ENIs; every pod reaching
+# every other pod and both nodes across a VPC that enforces EC2's source/destination check;
+# pod traffic to the outside SNATed to the node's address; every address released on DEL.
+# Everything it creates is removed on exit, also after a failure. Needs root.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -16,84 +18,125 @@ fi
 need_binaries
 
 NAME=demo$$
-PODS=3
+NODES=2
+PODS_PER_NODE=3
 BOX=$REPO/scripts/vpc-box.sh
 cleanup() {
-  local i
-  for i in $(seq $PODS); do ip netns del "$NAME-pod$i" 2>/dev/null || true; done
+  local n i
+  for n in $(seq $NODES); do
+    for i in $(seq $PODS_PER_NODE); do ip netns del "$NAME-n${n}p$i" 2>/dev/null || true; done
+  done
   "$BOX" down --name "$NAME" || true
 }
 trap cleanup EXIT
 
-ip2int() { local IFS=.; read -r a b c d <<<"$1"; echo $(( (a << 24) | (b << 16) | (c << 8) | d )); }
-in_subnet() { # ip cidr
-  local net=${2%/*} len=${2#*/} mask
-  mask=$(( len == 0 ? 0 : (0xffffffff << (32 - len)) & 0xffffffff ))
-  [ $(( $(ip2int "$1") & mask )) -eq $(( $(ip2int "$net") & mask )) ]
-}
+node_field() { jq -r --argjson n "$1" ".nodes[\$n - 1].$2" <<<"$box"; }
 
-# Runs the plugin inside the node's namespace, as the node's container runtime does.
-cni() { # verb pod-index [prevResult]
-  local verb=$1 i=$2 prev=${3:-null} conf
-  conf=$(jq -cn --arg sock "$SOCKET" --argjson prev "$prev" \
+# Runs the plugin inside node $1's namespace for pod $2, as that node's runtime would.
+cni() { # verb node pod [prevResult]
+  local verb=$1 n=$2 i=$3 prev=${4:-null} conf pod=$NAME-n${2}p$3
+  conf=$(jq -cn --arg sock "$(node_field "$n" ipamd_socket)" --argjson prev "$prev" \
     '{cniVersion: "1.1.0", name: "vpc-cni", type: "vpc-cni", ipamdSocket: $sock}
      + (if $prev == null then {} else {prevResult: $prev} end)')
-  echo "$conf" | ip netns exec "$NODE" env -i \
-    CNI_COMMAND="$verb" CNI_CONTAINERID="sandbox$i$NAME" CNI_NETNS="/run/netns/$NAME-pod$i" \
+  echo "$conf" | ip netns exec "$(node_field "$n" netns)" env -i \
+    CNI_COMMAND="$verb" CNI_CONTAINERID="sandbox-$pod" CNI_NETNS="/run/netns/$pod" \
     CNI_IFNAME=eth0 CNI_PATH="$BIN_DIR" \
-    CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-$i;K8S_POD_INFRA_CONTAINER_ID=sandbox$i$NAME" \
+    CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-$n-$i" \
     "$BIN_DIR/vpc-cni" 2>>"$RUN/plugin.log"
 }
 
-health() { ip netns exec "$NODE" "$BIN_DIR/ipamd" health --socket "$SOCKET"; }
+health() { ip netns exec "$(node_field "$1" netns)" "$BIN_DIR/ipamd" health --socket "$(node_field "$1" ipamd_socket)"; }
 
-echo "== VPC-in-a-box: vpc-sim (EC2 + IMDS + VPC fabric) and ipamd on one node"
-box=$("$BOX" up --name "$NAME")
-NODE=$(jq -r '.nodes[0].netns' <<<"$box")
-SOCKET=$(jq -r '.nodes[0].ipamd_socket' <<<"$box")
-SUBNET=$(jq -r '.subnets[0].cidr' <<<"$box")
+echo "== VPC-in-a-box: vpc-sim (EC2 + IMDS + a routed VPC) and ipamd on $NODES nodes"
+box=$("$BOX" up --name "$NAME" --nodes $NODES --instance-type d3.xlarge)
 RUN=$(jq -r '.run_dir' <<<"$box")
-jq -r '"   EC2 endpoint   \(.ec2_endpoint)",
-       "   subnet         \(.subnets[0].id) \(.subnets[0].cidr)",
-       (.nodes[0] | "   node           \(.instance_id) (\(.instance_type)), primary ENI \(.primary_eni), \(.primary_ip), netns \(.netns)")' <<<"$box"
-echo "   ipamd          $(health)"
+OUT_NS=$(jq -r '.outside.netns' <<<"$box")
+OUT_IP=$(jq -r '.outside.ip' <<<"$box")
+jq -r '"   subnet         \(.subnets[0].id) \(.subnets[0].cidr); outside address \(.outside.ip)",
+       (.nodes[] | "   node           \(.instance_id) (\(.instance_type)), primary ENI \(.primary_eni), \(.primary_ip)")' <<<"$box"
+for n in $(seq $NODES); do echo "   ipamd node $n   $(health "$n")"; done
 
 echo
-echo "== ADD: $PODS pods get VPC addresses"
-declare -a RESULT IPS
-for i in $(seq $PODS); do
-  ip netns add "$NAME-pod$i"
-  RESULT[i]=$(cni ADD "$i") || { tail -n 5 "$RUN/plugin.log" >&2; die "ADD of pod $i failed: ${RESULT[$i]:-}"; }
-  IPS[i]=$(jq -r '.ips[0].address | split("/")[0]' <<<"${RESULT[$i]}")
-  veth=$(jq -r '.interfaces[0].name' <<<"${RESULT[$i]}")
-  in_subnet "${IPS[$i]}" "$SUBNET" || die "pod $i got ${IPS[$i]}, outside $SUBNET"
-  printf '   default/web-%s  %-12s  eth0 in %s, host veth %s\n' "$i" "${IPS[$i]}" "$NAME-pod$i" "$veth"
+echo "== ADD: $((NODES * PODS_PER_NODE)) pods get VPC addresses (a second ENI is attached as the pool runs low)"
+declare -A RESULT IP WHERE
+for n in $(seq $NODES); do
+  netns=$(node_field "$n" netns)
+  for i in $(seq $PODS_PER_NODE); do
+    ip netns add "$NAME-n${n}p$i"
+    # Code 11 means "try again later": the pool is growing. A runtime retries; so do we.
+    for _ in $(seq 50); do
+      if out=$(cni ADD "$n" "$i"); then break; fi
+      [ "$(jq -r .code <<<"$out")" = 11 ] || die "ADD of web-$n-$i failed: $out"
+      sleep 0.2
+    done
+    [ "$(jq -r .code <<<"$out")" != 11 ] || die "ADD of web-$n-$i kept failing: $out"
+    RESULT[$n,$i]=$out
+    IP[$n,$i]=$(jq -r '.ips[0].address | split("/")[0]' <<<"$out")
+    table=$(ip -n "$netns" rule | awk -v ip="${IP[$n,$i]}" '$1 == "1536:" && $3 == ip {print $5}')
+    WHERE[$n,$i]=${table:+secondary ENI (table $table)}
+    WHERE[$n,$i]=${WHERE[$n,$i]:-primary ENI}
+    printf '   node %s  default/web-%s-%s  %-11s  %s\n' "$n" "$n" "$i" "${IP[$n,$i]}" "${WHERE[$n,$i]}"
+  done
 done
-[ "$(printf '%s\n' "${IPS[@]}" | sort -u | wc -l)" -eq $PODS ] || die "addresses are not distinct: ${IPS[*]}"
-echo "   $PODS distinct addresses, all in $SUBNET"
-echo "   ipamd          $(health)"
+[ "$(printf '%s\n' "${IP[@]}" | sort -u | wc -l)" -eq $((NODES * PODS_PER_NODE)) ] || die "addresses are not distinct: ${IP[*]}"
+printf '%s\n' "${WHERE[@]}" | grep -q secondary || die "no pod landed on a secondary ENI"
 
 echo
-echo "== Traffic: the node pings every pod"
-for i in $(seq $PODS); do
-  out=$(ip netns exec "$NODE" ping -c 2 -W 2 "${IPS[$i]}") || die "node cannot reach pod $i (${IPS[$i]})"
-  echo "   ${IPS[$i]}: $(grep -o '[0-9]* received' <<<"$out"), $(grep -o 'rtt.*' <<<"$out")"
+echo "== Traffic: every pod pings every pod and both nodes (. = reply, X = lost)"
+targets=()
+for n in $(seq $NODES); do for i in $(seq $PODS_PER_NODE); do targets+=("${IP[$n,$i]}"); done; done
+for n in $(seq $NODES); do targets+=("$(node_field "$n" primary_ip)"); done
+printf '   %-12s' "from \\ to"; printf ' %-11s' "${targets[@]}"; echo
+lost=0
+for n in $(seq $NODES); do
+  for i in $(seq $PODS_PER_NODE); do
+    printf '   %-12s' "${IP[$n,$i]}"
+    for t in "${targets[@]}"; do
+      if [ "$t" = "${IP[$n,$i]}" ]; then printf ' %-11s' "-"
+      elif ip netns exec "$NAME-n${n}p$i" ping -c 1 -W 2 "$t" >/dev/null 2>&1; then printf ' %-11s' "."
+      else printf ' %-11s' "X"; lost=$((lost + 1)); fi
+    done
+    echo
+  done
 done
+[ $lost -eq 0 ] || die "$lost pings lost"
 
 echo
-echo "== The node's datapath (ip rule; ip route)"
-ip -n "$NODE" rule | sed 's/^/   /'
-ip -n "$NODE" route | sed 's/^/   /'
+echo "== Node 1's policy rules and ENI 2's route table (ip rule; ip route show table 2)"
+ip -n "$(node_field 1 netns)" rule | sed 's/^/   /'
+ip -n "$(node_field 1 netns)" route show table 2 | sed 's/^/   /'
+
+echo
+echo "== SNAT: every pod pings $OUT_IP outside the VPC; sources the outside saw"
+ip netns exec "$OUT_NS" iptables -w -N SEEN
+ip netns exec "$OUT_NS" iptables -w -I INPUT -p icmp -j SEEN
+for n in $(seq $NODES); do
+  ip netns exec "$OUT_NS" iptables -w -A SEEN -s "$(node_field "$n" primary_ip)" -j RETURN
+  for i in $(seq $PODS_PER_NODE); do ip netns exec "$OUT_NS" iptables -w -A SEEN -s "${IP[$n,$i]}" -j RETURN; done
+done
+for n in $(seq $NODES); do
+  for i in $(seq $PODS_PER_NODE); do
+    ip netns exec "$NAME-n${n}p$i" ping -c 1 -W 2 "$OUT_IP" >/dev/null || die "web-$n-$i cannot reach $OUT_IP"
+  done
+done
+ip netns exec "$OUT_NS" iptables -w -nvxL SEEN | awk 'NR > 2 && $1 > 0 {printf "   %-11s %s packet(s)\n", $8, $1}'
+for n in $(seq $NODES); do
+  for i in $(seq $PODS_PER_NODE); do
+    seen=$(ip netns exec "$OUT_NS" iptables -w -nvxL SEEN | awk -v ip="${IP[$n,$i]}" '$8 == ip {print $1}')
+    [ "${seen:-0}" -eq 0 ] || die "the outside saw pod address ${IP[$n,$i]}"
+  done
+done
+echo "   only the nodes' primary addresses; no pod address left the VPC"
 
 echo
 echo "== DEL: every pod released"
-for i in $(seq $PODS); do
-  cni DEL "$i" "${RESULT[$i]}" >/dev/null || die "DEL of pod $i failed"
-  ! ip -n "$NODE" route | grep -q "^${IPS[$i]} " || die "route to ${IPS[$i]} left behind"
-  ! ip -n "$NODE" rule | grep -qw "${IPS[$i]}" || die "rule for ${IPS[$i]} left behind"
-  echo "   default/web-$i: ${IPS[$i]} released, host route and rule removed"
+for n in $(seq $NODES); do
+  for i in $(seq $PODS_PER_NODE); do
+    cni DEL "$n" "$i" "${RESULT[$n,$i]}" >/dev/null || die "DEL of web-$n-$i failed"
+    ! ip -n "$(node_field "$n" netns)" rule | grep -qw "${IP[$n,$i]}" || die "rule for ${IP[$n,$i]} left behind"
+  done
+  echo "   ipamd node $n   $(health "$n")"
 done
-echo "   ipamd          $(health)"
 
 echo
 echo "== Clean up"

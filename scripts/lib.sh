@@ -31,9 +31,9 @@ ensure_packages() {
   [ ${#missing[@]} -eq 0 ] || install_packages "${missing[@]}"
 }
 
-# The tools the box, the demo and the root tests use.
+# The tools the box, the demo and the root tests use (ipamd programs SNAT with iptables).
 ensure_box_packages() {
-  ensure_packages ip:iproute2 ping:iputils-ping jq:jq
+  ensure_packages ip:iproute2 ping:iputils-ping jq:jq iptables:iptables
 }
 
 need_binaries() {

@@ -21,7 +21,7 @@ skipped() { SUMMARY+=("SKIPPED  $*"); }
 command -v cargo >/dev/null 2>&1 || die "cargo not found: install Rust (rustup) first"
 if [ $ROOT -eq 1 ]; then
   ensure_box_packages
-  ensure_packages shellcheck:shellcheck timeout:coreutils python3:python3
+  ensure_packages shellcheck:shellcheck timeout:coreutils python3:python3 nft:nftables
   python3 -c 'import ensurepip' 2>/dev/null || install_packages python3-venv
 fi
 

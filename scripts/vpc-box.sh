@@ -3,6 +3,7 @@
 #
 #   vpc-box.sh up --name NAME [--nodes N] [--instance-type TYPE] [--ipamd-env KEY=VALUE]...
 #                 [--subnet CIDR]... [--imds-lag-ms MS] [--extra-instance-type NAME:ENIS:IPV4]...
+#                 [--outside-ip IP]
 #       Starts everything, returns once every ipamd is ready, prints one JSON object on stdout.
 #   vpc-box.sh down --name NAME
 #       Stops and removes everything `up` made.
@@ -96,7 +97,7 @@ up() {
     --nodes "$nodes" --instance-type "$itype" "${sim_args[@]}" >"$dir/vpc-sim.log" 2>&1 </dev/null &
   echo $! >"$dir/vpc-sim.pid"
   # Recorded before they exist, so `down` can remove them even if vpc-sim dies half way.
-  { echo "$name-vpc"; for i in $(seq "$nodes"); do echo "$name-node$i"; done; } >"$dir/namespaces"
+  { echo "$name-vpc"; echo "$name-out"; for i in $(seq "$nodes"); do echo "$name-node$i"; done; } >"$dir/namespaces"
   if ! wait_for 30 test -f "$dir/sim/sim.json"; then
     tail -n 20 "$dir/vpc-sim.log" >&2
     die "vpc-sim did not come up within 30 s"
@@ -119,7 +120,7 @@ up() {
   local pids
   pids=$(for i in $(seq "$nodes"); do cat "$dir/node$i/ipamd.pid"; done | jq -s .)
   jq --arg dir "$dir" --argjson pids "$pids" '{
-      name, ec2_endpoint, vpc_netns, run_dir: $dir,
+      name, ec2_endpoint, vpc_netns, outside, run_dir: $dir,
       subnets: [.subnets[] | {id, cidr}],
       nodes: [.nodes[] | {
         netns, instance_id, instance_type, primary_ip, primary_eni,
@@ -142,7 +143,7 @@ while [ $# -gt 0 ]; do
     --ipamd-env)
       [[ "$2" == *=* ]] || die "--ipamd-env takes KEY=VALUE, got '$2'"
       rest+=(--ipamd-env "$2"); shift 2;;
-    --subnet|--imds-lag-ms|--extra-instance-type) rest+=(--sim "$1" "$2"); shift 2;;
+    --subnet|--imds-lag-ms|--extra-instance-type|--outside-ip) rest+=(--sim "$1" "$2"); shift 2;;
     --node) node=$2; shift 2;;
     --kill) kill_sig=KILL; shift;;
     -h|--help) usage;;

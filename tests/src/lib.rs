@@ -113,12 +113,22 @@ pub struct Subnet {
     pub cidr: String,
 }
 
+/// The address beyond the VPC, for SNAT tests.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Outside {
+    /// Its namespace.
+    pub netns: String,
+    /// Its address, outside the VPC CIDR.
+    pub ip: Ipv4Addr,
+}
+
 #[derive(Debug, Deserialize)]
 struct BoxInfo {
     name: String,
     ec2_endpoint: String,
     subnets: Vec<Subnet>,
     nodes: Vec<Node>,
+    outside: Option<Outside>,
 }
 
 /// A running VPC-in-a-box, taken down on drop.
@@ -171,6 +181,39 @@ impl VpcBox {
     /// The nodes' subnet.
     pub fn subnet(&self) -> &Subnet {
         &self.info.subnets[0]
+    }
+
+    /// The outside address.
+    pub fn outside(&self) -> &Outside {
+        self.info
+            .outside
+            .as_ref()
+            .expect("the box has an outside namespace")
+    }
+
+    /// One EC2 Query API call on the root-namespace endpoint (vpc-sim does not check
+    /// signatures); returns the HTTP status and the XML body.
+    pub fn ec2(&self, params: &[(&str, &str)]) -> (u16, String) {
+        let mut form = String::from("Version=2016-11-15");
+        for (k, v) in params {
+            form.push_str(&format!("&{}={}", urlencode(k), urlencode(v)));
+        }
+        http(&self.info.ec2_endpoint, "POST", "/", &form)
+    }
+
+    /// vpc-sim's whole model as JSON (`GET /_sim/state`).
+    pub fn sim_state(&self) -> Value {
+        let (status, body) = http(&self.info.ec2_endpoint, "GET", "/_sim/state", "");
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).expect("sim state JSON")
+    }
+
+    /// What ipamd on node `i` holds for an attachment.
+    pub fn allocation(&self, i: usize, key: ipam_proto::AttachmentKey) -> ipam_proto::Allocation {
+        ipam_proto::Client::new(&self.node(i).ipamd_socket)
+            .check(ipam_proto::CheckRequest { key })
+            .expect("ipamd check")
+            .allocation
     }
 
     fn script(&self, args: &[&str]) -> String {
@@ -303,6 +346,42 @@ impl Drop for Pod {
     fn drop(&mut self) {
         let _ = run_bounded(10, "ip", &["netns", "del", &self.netns], None);
     }
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A minimal HTTP/1.1 exchange (Connection: close), enough for vpc-sim's endpoints.
+fn http(endpoint: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::Read;
+    let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = std::net::TcpStream::connect(host).expect("connecting to vpc-sim");
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .expect("timeout");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).expect("sending");
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).expect("reading");
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    // vpc-sim answers with a Content-Length body; chunked encoding would need decoding.
+    (status, body.to_string())
 }
 
 /// A network config for the plugin.

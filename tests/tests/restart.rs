@@ -11,7 +11,13 @@ use serde_json::json;
 fn sigkill_and_restart_keep_every_assignment_and_cooldown() {
     require_root();
     // A long cooldown so that "still cooling after the restart" cannot be an accident of timing.
-    let vbox = VpcBox::up(&["--ipamd-env", "IP_COOLDOWN_PERIOD=600"]);
+    // MAX_ENI=1 keeps the pool on the primary ENI, so its counts are exact.
+    let vbox = VpcBox::up(&[
+        "--ipamd-env",
+        "IP_COOLDOWN_PERIOD=600",
+        "--ipamd-env",
+        "MAX_ENI=1",
+    ]);
     let node = vbox.node(1);
     let socket = node.ipamd_socket.clone();
     let c = conf("1.1.0", &socket, json!({}));
