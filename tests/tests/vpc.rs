@@ -353,7 +353,19 @@ fn node_setup_changes_nothing_when_ipamd_runs_it_again() {
         assert!(ping_from(&w.pod.netns, &outside));
     }
     let node = vbox.node(1).netns.clone();
-    let total = vbox.status(1).pool.total;
+    // The controller may still be growing the pool after the last ADD: wait until it holds
+    // still, so the snapshot is of a settled node.
+    let mut total = vbox.status(1).pool.total;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        sleep(Duration::from_millis(1500));
+        let now = vbox.status(1).pool.total;
+        if now == total {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the pool kept changing");
+        total = now;
+    }
     let snapshot = || {
         (
             ip(&["-n", &node, "-4", "rule"]),
