@@ -5,6 +5,8 @@
 //! Everything runs inside namespaces named `snat-<pid>-<n>-<role>`, deleted on drop; the
 //! machine's own firewall, rules and sysctls are never touched.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
@@ -21,6 +23,7 @@ use netops::snat::{
     Backend, Change, NodeNetConfig, Runner, SNAT_CHAIN, SystemRunner, Table, apply, desired_rules,
     detect_backend, is_our_rule, is_own_chain, setup_node_networking,
 };
+use support::run;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 const NODE_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 10);
@@ -55,20 +58,6 @@ fn ensure_iptables() {
             assert!(ok, "apt-get {args:?} failed: {missing:?} needed");
         }
     });
-}
-
-/// Runs a command, panicking with its stderr when it fails.
-fn run(args: &[&str]) -> String {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Runs programs inside a named namespace via `ip netns exec`.
