@@ -1,9 +1,11 @@
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
+use ipnetwork::Ipv4Network;
+
 use crate::error::{AssignError, PoolError};
-use crate::model::{AddrSlot, AttachmentKey, EniInfo, PodInfo, SlotState};
+use crate::model::{AddrSlot, AttachmentKey, EniInfo, PodInfo, SlotState, is_delegable_prefix};
 use crate::persist::{Mutation, PersistedAddr, PersistedState};
 use crate::time::Timestamp;
 
@@ -69,19 +71,50 @@ pub enum RestoreIssue {
         /// The address freed.
         freed: Ipv4Addr,
     },
+    /// Addresses claimed to form a delegated prefix could not be one (not an aligned /28,
+    /// spread over several ENIs, or overlapping other held addresses); they were dropped.
+    BrokenPrefix {
+        /// The prefix they named.
+        prefix: Ipv4Network,
+    },
+    /// A delegated prefix lacked some of its 16 addresses; they were added back free.
+    IncompletePrefix {
+        /// The prefix.
+        prefix: Ipv4Network,
+        /// Its ENI.
+        eni: String,
+        /// How many were missing.
+        missing: u32,
+    },
 }
 
 #[derive(Clone, Debug)]
 struct Eni {
     info: EniInfo,
+    /// Every address for pods: secondary /32s and the members of delegated prefixes.
     addrs: BTreeMap<Ipv4Addr, AddrSlot>,
+    /// Delegated /28s; each one's 16 addresses are in `addrs`, tagged with it.
+    prefixes: BTreeSet<Ipv4Network>,
 }
 
-/// The node's address pool: ENIs, their secondary addresses, and who holds each.
+impl Eni {
+    fn new(info: EniInfo) -> Self {
+        Eni {
+            info,
+            addrs: BTreeMap::new(),
+            prefixes: BTreeSet::new(),
+        }
+    }
+}
+
+/// The node's address pool: ENIs, their secondary addresses and delegated /28 prefixes, and
+/// who holds each address.
 ///
 /// Invariants (property-tested): an address is on at most one ENI and held by at most one
 /// attachment; an attachment holds at most one address; an address is never handed out while
-/// cooling.
+/// cooling; a delegated prefix is held whole (all 16 addresses, on one ENI) or not at all.
+/// Prefixes are not persisted separately: each member address carries its prefix
+/// ([`AddrSlot::prefix`]), so the [`Mutation`]s of addresses are all a store needs.
 #[derive(Clone, Debug)]
 pub struct Pool {
     cooldown: Duration,
@@ -113,18 +146,22 @@ impl Pool {
         let mut fixes = Vec::new();
         let mut issues = Vec::new();
         for info in state.enis {
-            pool.enis.insert(
-                info.id.clone(),
-                Eni {
-                    info,
-                    addrs: BTreeMap::new(),
-                },
-            );
+            pool.enis.insert(info.id.clone(), Eni::new(info));
         }
+        let broken = broken_prefixes(&pool, &state.addrs);
+        issues.extend(
+            broken
+                .iter()
+                .map(|&prefix| RestoreIssue::BrokenPrefix { prefix }),
+        );
         let mut addrs = state.addrs;
         // Deterministic repair order: earliest assignment wins a duplicated key.
         addrs.sort_by_key(|a| (assigned_at(&a.slot), a.ip));
         for PersistedAddr { ip, eni, mut slot } in addrs {
+            if slot.prefix.is_some_and(|p| broken.contains(&p)) {
+                fixes.push(Mutation::DeleteAddr(ip));
+                continue;
+            }
             let Some(entry) = pool.enis.get_mut(&eni) else {
                 issues.push(RestoreIssue::OrphanAddress { ip, eni });
                 fixes.push(Mutation::DeleteAddr(ip));
@@ -137,7 +174,7 @@ impl Pool {
                         kept,
                         freed: ip,
                     });
-                    slot = AddrSlot::fresh();
+                    slot = AddrSlot::fresh(slot.prefix);
                     fixes.push(Mutation::PutAddr(PersistedAddr {
                         ip,
                         eni: eni.clone(),
@@ -147,10 +184,45 @@ impl Pool {
                     pool.by_key.insert(key.clone(), ip);
                 }
             }
+            if let Some(prefix) = slot.prefix {
+                entry.prefixes.insert(prefix);
+            }
             entry.addrs.insert(ip, slot);
             pool.owner.insert(ip, eni);
         }
+        pool.complete_prefixes(&mut fixes, &mut issues);
         (pool, fixes, issues)
+    }
+
+    /// Adds back, free, the members missing from held prefixes (`broken_prefixes` made sure
+    /// nobody else holds them).
+    fn complete_prefixes(&mut self, fixes: &mut Vec<Mutation>, issues: &mut Vec<RestoreIssue>) {
+        for (eni_id, eni) in &mut self.enis {
+            for &prefix in &eni.prefixes {
+                let mut missing = 0;
+                for ip in prefix.iter() {
+                    if eni.addrs.contains_key(&ip) {
+                        continue;
+                    }
+                    missing += 1;
+                    let slot = AddrSlot::fresh(Some(prefix));
+                    eni.addrs.insert(ip, slot.clone());
+                    self.owner.insert(ip, eni_id.clone());
+                    fixes.push(Mutation::PutAddr(PersistedAddr {
+                        ip,
+                        eni: eni_id.clone(),
+                        slot,
+                    }));
+                }
+                if missing > 0 {
+                    issues.push(RestoreIssue::IncompletePrefix {
+                        prefix,
+                        eni: eni_id.clone(),
+                        missing,
+                    });
+                }
+            }
+        }
     }
 
     /// The cooldown applied to released addresses.
@@ -167,21 +239,15 @@ impl Pool {
                 vec![Mutation::PutEni(info)]
             }
             None => {
-                self.enis.insert(
-                    info.id.clone(),
-                    Eni {
-                        info: info.clone(),
-                        addrs: BTreeMap::new(),
-                    },
-                );
+                self.enis.insert(info.id.clone(), Eni::new(info.clone()));
                 vec![Mutation::PutEni(info)]
             }
         }
     }
 
-    /// Removes an ENI and its addresses. Refused while a pod holds one of them unless `force`
-    /// (the ENI is gone in EC2: its pods have lost their addresses whatever we do); the forced
-    /// attachments are returned so their host state can be cleaned.
+    /// Removes an ENI with its addresses and prefixes. Refused while a pod holds one of them
+    /// unless `force` (the ENI is gone in EC2: its pods have lost their addresses whatever we
+    /// do); the forced attachments are returned so their host state can be cleaned.
     pub fn remove_eni(
         &mut self,
         id: &str,
@@ -242,13 +308,16 @@ impl Pool {
                     eni: eni_id.to_string(),
                 });
             }
+            if let Some(prefix) = eni.addrs.get(ip).and_then(|s| s.prefix) {
+                return Err(PoolError::AddressInPrefix { ip: *ip, prefix });
+            }
         }
         let mut muts = Vec::new();
         for ip in ips {
             if self.owner.contains_key(ip) {
                 continue;
             }
-            let slot = AddrSlot::fresh();
+            let slot = AddrSlot::fresh(None);
             if let Some(eni) = self.enis.get_mut(eni_id) {
                 eni.addrs.insert(*ip, slot.clone());
             }
@@ -262,15 +331,19 @@ impl Pool {
         Ok(muts)
     }
 
-    /// Removes an address EC2 no longer has on the ENI (or that the pool gives back). Refused
-    /// while assigned unless `force`; a forced removal returns the allocation it took.
+    /// Removes a secondary address EC2 no longer has on the ENI (or that the pool gives back).
+    /// Refused while assigned unless `force`; a forced removal returns the allocation it took.
+    /// A member of a delegated prefix is refused: prefixes go whole ([`Pool::remove_prefix`]).
     pub fn remove_address(
         &mut self,
         ip: Ipv4Addr,
         force: bool,
     ) -> Result<(Option<Allocated>, Vec<Mutation>), PoolError> {
-        if !self.owner.contains_key(&ip) {
+        let Some(slot) = self.slot(ip) else {
             return Err(PoolError::UnknownAddress(ip));
+        };
+        if let Some(prefix) = slot.prefix {
+            return Err(PoolError::AddressInPrefix { ip, prefix });
         }
         let taken = self.allocation_at(ip);
         if let (Some(a), false) = (&taken, force) {
@@ -283,6 +356,125 @@ impl Pool {
         Ok((taken, vec![Mutation::DeleteAddr(ip)]))
     }
 
+    /// Adds /28 prefixes EC2 delegated to an ENI: each brings its 16 addresses, all free.
+    /// Prefixes already held there are left as they are (EC2 and IMDS may report them again).
+    /// Nothing is added unless every prefix is an aligned /28 that overlaps no address held
+    /// elsewhere (another ENI's, a secondary /32, an ENI's own primary address).
+    pub fn add_prefixes(
+        &mut self,
+        eni_id: &str,
+        prefixes: &[Ipv4Network],
+    ) -> Result<Vec<Mutation>, PoolError> {
+        let eni = self
+            .enis
+            .get(eni_id)
+            .ok_or_else(|| PoolError::UnknownEni(eni_id.to_string()))?;
+        for &prefix in prefixes {
+            if !is_delegable_prefix(prefix) {
+                return Err(PoolError::InvalidPrefix(prefix));
+            }
+            if eni.prefixes.contains(&prefix) {
+                continue;
+            }
+            if let Some(held_on) = self.prefix_owner(prefix) {
+                return Err(PoolError::PrefixOnOtherEni {
+                    prefix,
+                    held_on: held_on.to_string(),
+                    eni: eni_id.to_string(),
+                });
+            }
+            if let Some((ip, held_on)) = self.first_overlap(prefix) {
+                return Err(PoolError::PrefixOverlap {
+                    prefix,
+                    ip,
+                    held_on,
+                });
+            }
+        }
+        let mut muts = Vec::new();
+        for &prefix in prefixes {
+            let Some(eni) = self.enis.get_mut(eni_id) else {
+                break;
+            };
+            if !eni.prefixes.insert(prefix) {
+                continue;
+            }
+            for ip in prefix.iter() {
+                let slot = AddrSlot::fresh(Some(prefix));
+                eni.addrs.insert(ip, slot.clone());
+                self.owner.insert(ip, eni_id.to_string());
+                muts.push(Mutation::PutAddr(PersistedAddr {
+                    ip,
+                    eni: eni_id.to_string(),
+                    slot,
+                }));
+            }
+        }
+        Ok(muts)
+    }
+
+    /// Removes a delegated prefix and its 16 addresses (EC2 no longer has it, or the pool gives
+    /// it back). Refused while one of its addresses is assigned unless `force`; a forced
+    /// removal returns the allocations it took. Cooling addresses do not hold it back: whether
+    /// to give back a cooling prefix is the caller's decision (the plan never does).
+    pub fn remove_prefix(
+        &mut self,
+        prefix: Ipv4Network,
+        force: bool,
+    ) -> Result<(Vec<Allocated>, Vec<Mutation>), PoolError> {
+        let eni_id = self
+            .prefix_owner(prefix)
+            .ok_or(PoolError::UnknownPrefix(prefix))?
+            .to_string();
+        let taken: Vec<Allocated> = prefix
+            .iter()
+            .filter_map(|ip| self.allocation_at(ip))
+            .collect();
+        if let (Some(a), false) = (taken.first(), force) {
+            return Err(PoolError::InUse {
+                ip: a.ip,
+                holder: a.key.to_string(),
+            });
+        }
+        let mut muts = Vec::new();
+        for ip in prefix.iter() {
+            if self.owner.get(&ip) == Some(&eni_id) {
+                self.forget_address(ip);
+                muts.push(Mutation::DeleteAddr(ip));
+            }
+        }
+        if let Some(eni) = self.enis.get_mut(&eni_id) {
+            eni.prefixes.remove(&prefix);
+        }
+        Ok((taken, muts))
+    }
+
+    /// The ENI holding `prefix`.
+    fn prefix_owner(&self, prefix: Ipv4Network) -> Option<&str> {
+        let eni_id = self.owner.get(&prefix.network())?;
+        self.enis
+            .get(eni_id)
+            .filter(|e| e.prefixes.contains(&prefix))
+            .map(|e| e.info.id.as_str())
+    }
+
+    /// The first address of `prefix` the pool already has, as a secondary or prefix member
+    /// or as an ENI's own primary address, and the ENI holding it.
+    fn first_overlap(&self, prefix: Ipv4Network) -> Option<(Ipv4Addr, String)> {
+        prefix.iter().find_map(|ip| {
+            self.owner.get(&ip).cloned().map(|e| (ip, e)).or_else(|| {
+                self.enis
+                    .values()
+                    .find(|e| e.info.primary_ip == ip)
+                    .map(|e| (ip, e.info.id.clone()))
+            })
+        })
+    }
+
+    fn slot(&self, ip: Ipv4Addr) -> Option<&AddrSlot> {
+        self.enis.get(self.owner.get(&ip)?)?.addrs.get(&ip)
+    }
+
     fn forget_address(&mut self, ip: Ipv4Addr) {
         if let Some(eni_id) = self.owner.remove(&ip)
             && let Some(slot) = self.enis.get_mut(&eni_id).and_then(|e| e.addrs.remove(&ip))
@@ -293,8 +485,14 @@ impl Pool {
     }
 
     /// Assigns an address to `key`. The same key again gets the same address with no change
-    /// (a repeated ADD is idempotent). Otherwise the available address released longest ago
-    /// (never-used first, then lowest) is chosen, so an address is reused as late as possible.
+    /// (a repeated ADD is idempotent). Otherwise an available address is chosen, in order:
+    /// 1. from a delegated prefix that already has assignments, fullest prefix first: packing
+    ///    pods keeps other prefixes wholly free, so they can be given back;
+    /// 2. a secondary /32;
+    /// 3. from a prefix with no assignment;
+    ///
+    /// and within each, the one released longest ago (never-used first, then lowest), so an
+    /// address is reused as late as possible.
     pub fn assign(
         &mut self,
         key: &AttachmentKey,
@@ -304,12 +502,26 @@ impl Pool {
         if let Some(existing) = self.get(key) {
             return Ok((existing, Vec::new()));
         }
+        // Per prefix: (assigned, available) addresses.
+        let mut usage: HashMap<Ipv4Network, (u32, u32)> = HashMap::new();
+        for (_, _, slot) in self.slots() {
+            if let Some(prefix) = slot.prefix {
+                let entry = usage.entry(prefix).or_default();
+                entry.0 += u32::from(slot.is_assigned());
+                entry.1 += u32::from(slot.is_available(now));
+            }
+        }
+        let rank = |slot: &AddrSlot| match slot.prefix.and_then(|p| usage.get(&p)) {
+            Some(&(assigned, available)) if assigned > 0 => (0, available),
+            Some(_) => (2, 0),
+            None => (1, 0),
+        };
         let choice = self
             .enis
             .values()
             .flat_map(|e| e.addrs.iter().map(move |(ip, s)| (e, *ip, s)))
             .filter(|(_, _, s)| s.is_available(now))
-            .min_by_key(|(_, ip, s)| (s.released_at, *ip))
+            .min_by_key(|(_, ip, s)| (rank(s), s.released_at, *ip))
             .map(|(e, ip, _)| (e.info.id.clone(), ip));
         let Some((eni_id, ip)) = choice else {
             return Err(self.why_not(now));
@@ -374,6 +586,7 @@ impl Pool {
                 cooling_until: Some(cooling_until),
             },
             released_at: Some(now),
+            prefix: slot.prefix,
         };
         let persisted = PersistedAddr {
             ip,
@@ -396,7 +609,7 @@ impl Pool {
         let ip = *self.by_key.get(key)?;
         let eni_id = self.owner.get(&ip)?.clone();
         let slot = self.enis.get_mut(&eni_id)?.addrs.get_mut(&ip)?;
-        *slot = AddrSlot::fresh();
+        *slot = AddrSlot::fresh(slot.prefix);
         let persisted = PersistedAddr {
             ip,
             eni: eni_id,
@@ -493,12 +706,21 @@ impl Pool {
         self.enis.get(id).map(|e| &e.info)
     }
 
-    /// The addresses held on one ENI with their state.
+    /// The addresses held on one ENI with their state, by address: secondary /32s and the
+    /// members of its delegated prefixes ([`AddrSlot::prefix`] tells which).
     pub fn addresses(&self, eni_id: &str) -> impl Iterator<Item = (Ipv4Addr, &AddrSlot)> {
         self.enis
             .get(eni_id)
             .into_iter()
             .flat_map(|e| e.addrs.iter().map(|(ip, s)| (*ip, s)))
+    }
+
+    /// The /28 prefixes delegated to one ENI, in order.
+    pub fn prefixes(&self, eni_id: &str) -> impl Iterator<Item = Ipv4Network> {
+        self.enis
+            .get(eni_id)
+            .into_iter()
+            .flat_map(|e| e.prefixes.iter().copied())
     }
 
     fn slots(&self) -> impl Iterator<Item = (&EniInfo, Ipv4Addr, &AddrSlot)> {
@@ -521,6 +743,34 @@ impl Pool {
                 .collect(),
         }
     }
+}
+
+/// Prefixes named in persisted state that cannot be restored as held prefixes: not an aligned
+/// /28, a member outside it, members on several ENIs, or one of its 16 addresses held
+/// otherwise (as a secondary /32, or as an ENI's own primary address).
+fn broken_prefixes(pool: &Pool, addrs: &[PersistedAddr]) -> BTreeSet<Ipv4Network> {
+    let mut eni_of: BTreeMap<Ipv4Network, &str> = BTreeMap::new();
+    let mut broken = BTreeSet::new();
+    for a in addrs {
+        let Some(prefix) = a.slot.prefix else {
+            continue;
+        };
+        if !is_delegable_prefix(prefix) || !prefix.contains(a.ip) {
+            broken.insert(prefix);
+        }
+        if *eni_of.entry(prefix).or_insert(a.eni.as_str()) != a.eni.as_str() {
+            broken.insert(prefix);
+        }
+    }
+    let held_otherwise = addrs
+        .iter()
+        .filter(|a| a.slot.prefix.is_none())
+        .map(|a| a.ip)
+        .chain(pool.enis.values().map(|e| e.info.primary_ip));
+    for ip in held_otherwise {
+        broken.extend(eni_of.keys().filter(|p| p.contains(ip)));
+    }
+    broken
 }
 
 fn assigned_at(slot: &AddrSlot) -> Timestamp {

@@ -1,6 +1,7 @@
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
+use ipnetwork::Ipv4Network;
 use thiserror::Error;
 
 /// Why no address could be assigned. The text reaches the operator through the CNI error.
@@ -59,5 +60,39 @@ pub enum PoolError {
         ip: Ipv4Addr,
         /// Who holds it.
         holder: String,
+    },
+    /// A prefix to add is not a delegable /28.
+    #[error("{0} is not a /28 prefix named by its network address")]
+    InvalidPrefix(Ipv4Network),
+    /// A prefix to add overlaps an address the pool already has.
+    #[error("prefix {prefix} overlaps address {ip}, already held on {held_on}")]
+    PrefixOverlap {
+        /// The prefix.
+        prefix: Ipv4Network,
+        /// The first address they share.
+        ip: Ipv4Addr,
+        /// The ENI holding that address.
+        held_on: String,
+    },
+    /// The prefix is already held on another ENI.
+    #[error("prefix {prefix} is already held on {held_on}, not {eni}")]
+    PrefixOnOtherEni {
+        /// The prefix.
+        prefix: Ipv4Network,
+        /// Where the pool has it.
+        held_on: String,
+        /// Where it was claimed.
+        eni: String,
+    },
+    /// The prefix is not in the pool.
+    #[error("prefix {0} is not in the pool")]
+    UnknownPrefix(Ipv4Network),
+    /// A single address of a delegated prefix was named where only whole prefixes make sense.
+    #[error("address {ip} is part of prefix {prefix}: add or remove the whole prefix")]
+    AddressInPrefix {
+        /// The address.
+        ip: Ipv4Addr,
+        /// Its prefix.
+        prefix: Ipv4Network,
     },
 }

@@ -1,5 +1,6 @@
-//! The IPAM brain, pure: which addresses the node holds on which ENI, who holds each one,
-//! cooldown after release, and what the pool should ask EC2 for next.
+//! The IPAM brain, pure: which addresses (secondary /32s and delegated /28 prefixes) the node
+//! holds on which ENI, who holds each one, cooldown after release, and what the pool should ask
+//! EC2 for next.
 //!
 //! Nothing here does I/O or reads a clock: time comes in as a [`Timestamp`] argument, every
 //! change comes out as a list of [`Mutation`]s for the caller to persist through a
@@ -14,7 +15,13 @@ mod time;
 
 pub use datastore::{Allocated, Counts, Pool, Released, RestoreIssue};
 pub use error::{AssignError, PoolError};
-pub use model::{AddrSlot, AttachmentKey, EniInfo, MAIN_TABLE, PodInfo, SlotState};
+pub use model::{
+    ADDRS_PER_PREFIX, AddrSlot, AttachmentKey, EniInfo, MAIN_TABLE, PREFIX_LEN, PodInfo, SlotState,
+    is_delegable_prefix,
+};
 pub use persist::{MemoryStore, Mutation, PersistedAddr, PersistedState, StateStore};
-pub use plan::{Action, Blocked, NodeLimits, Plan, Targets, plan};
+pub use plan::{
+    Action, Blocked, MIN_ENI_AGE, NodeLimits, Plan, PlanContext, PoolMode, RELEASE_INTERVAL,
+    Targets, plan,
+};
 pub use time::{Clock, Timestamp};

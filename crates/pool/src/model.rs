@@ -9,6 +9,18 @@ use crate::time::Timestamp;
 /// The main routing table (used for addresses on the primary ENI).
 pub const MAIN_TABLE: u32 = 254;
 
+/// Prefix length of a delegated IPv4 prefix.
+pub const PREFIX_LEN: u8 = 28;
+
+/// Addresses in a delegated /28 prefix. All of them can be given to pods: EC2 reserves no
+/// address inside a delegated prefix (the Go CNI uses all 16 too).
+pub const ADDRS_PER_PREFIX: u32 = 16;
+
+/// True when `prefix` is a prefix EC2 can delegate: a /28 named by its network address.
+pub fn is_delegable_prefix(prefix: Ipv4Network) -> bool {
+    prefix.prefix() == PREFIX_LEN && prefix.ip() == prefix.network()
+}
+
 /// One attachment of a container to a network: libcni's cache key, and the Go CNI's IPAM key.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct AttachmentKey {
@@ -78,7 +90,8 @@ impl EniInfo {
     }
 }
 
-/// One secondary address held on an ENI, and its state.
+/// One address held on an ENI for pods (a secondary /32, or one of a delegated /28's 16), and
+/// its state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AddrSlot {
     /// Free or assigned.
@@ -86,6 +99,10 @@ pub struct AddrSlot {
     /// When it was last released (`None` = never held). Free addresses are handed out least
     /// recently released first, so an address is reused as late as possible.
     pub released_at: Option<Timestamp>,
+    /// The delegated /28 the address belongs to; `None` for a secondary /32. Absent in state
+    /// written before prefix delegation existed, which held /32s only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<Ipv4Network>,
 }
 
 /// Whether an address is held.
@@ -110,13 +127,20 @@ pub enum SlotState {
 }
 
 impl AddrSlot {
-    pub(crate) fn fresh() -> Self {
+    /// A never-used free address, secondary (`prefix: None`) or part of `prefix`.
+    pub fn fresh(prefix: Option<Ipv4Network>) -> Self {
         AddrSlot {
             state: SlotState::Free {
                 cooling_until: None,
             },
             released_at: None,
+            prefix,
         }
+    }
+
+    /// Held by an attachment.
+    pub fn is_assigned(&self) -> bool {
+        matches!(self.state, SlotState::Assigned { .. })
     }
 
     /// Free and out of cooldown at `now`.

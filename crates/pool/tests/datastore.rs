@@ -253,3 +253,275 @@ fn unassign_unused_frees_without_cooldown() {
     assert_eq!(p.counts(Timestamp(0)).available, 1);
     assert!(p.unassign_unused(&key(1)).is_none());
 }
+
+fn net(s: &str) -> ipnetwork::Ipv4Network {
+    s.parse().unwrap()
+}
+
+#[test]
+fn a_prefix_brings_sixteen_free_addresses_tagged_with_it() {
+    let mut p = pool_with(0);
+    let muts = p.add_prefixes("eni-0", &[net("10.0.3.16/28")]).unwrap();
+    assert_eq!(muts.len(), 16);
+    assert_eq!(
+        p.prefixes("eni-0").collect::<Vec<_>>(),
+        vec![net("10.0.3.16/28")]
+    );
+    let addrs: Vec<_> = p.addresses("eni-0").collect();
+    assert_eq!(addrs.len(), 16);
+    assert_eq!(addrs[0].0, ip("10.0.3.16"));
+    assert_eq!(addrs[15].0, ip("10.0.3.31"));
+    assert!(
+        addrs
+            .iter()
+            .all(|(_, s)| s.prefix == Some(net("10.0.3.16/28")) && s.is_available(Timestamp(0)))
+    );
+    assert_eq!(p.counts(Timestamp(0)).available, 16);
+    // Reported again: no change.
+    assert!(
+        p.add_prefixes("eni-0", &[net("10.0.3.16/28")])
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn prefixes_that_cannot_be_delegated_or_overlap_are_refused_whole() {
+    let mut p = pool_with(1); // 10.0.0.11 on eni-0, whose own address is 10.0.0.10
+    p.upsert_eni(eni("eni-1", 1, "10.0.1.10"));
+    p.add_prefixes("eni-1", &[net("10.0.4.0/28")]).unwrap();
+    let cases = [
+        (
+            net("10.0.5.0/27"),
+            PoolError::InvalidPrefix(net("10.0.5.0/27")),
+        ),
+        (
+            net("10.0.5.3/28"),
+            PoolError::InvalidPrefix(net("10.0.5.3/28")),
+        ),
+        (
+            net("10.0.0.0/28"),
+            PoolError::PrefixOverlap {
+                prefix: net("10.0.0.0/28"),
+                ip: ip("10.0.0.10"),
+                held_on: "eni-0".into(),
+            },
+        ),
+        (
+            net("10.0.1.0/28"),
+            PoolError::PrefixOverlap {
+                prefix: net("10.0.1.0/28"),
+                ip: ip("10.0.1.10"),
+                held_on: "eni-1".into(),
+            },
+        ),
+        (
+            net("10.0.4.0/28"),
+            PoolError::PrefixOnOtherEni {
+                prefix: net("10.0.4.0/28"),
+                held_on: "eni-1".into(),
+                eni: "eni-0".into(),
+            },
+        ),
+    ];
+    for (prefix, err) in cases {
+        // A good prefix first: nothing of a refused batch is added.
+        assert_eq!(
+            p.add_prefixes("eni-0", &[net("10.0.6.0/28"), prefix]),
+            Err(err),
+            "{prefix}"
+        );
+        assert_eq!(p.prefixes("eni-0").count(), 0);
+    }
+    assert!(
+        PoolError::InvalidPrefix(net("10.0.5.3/28"))
+            .to_string()
+            .contains("10.0.5.3/28 is not a /28")
+    );
+    // A /32 on the same ENI inside the prefix.
+    p.add_addresses("eni-0", &[ip("10.0.7.5")]).unwrap();
+    assert!(matches!(
+        p.add_prefixes("eni-0", &[net("10.0.7.0/28")]),
+        Err(PoolError::PrefixOverlap { .. })
+    ));
+    assert_eq!(
+        p.add_prefixes("eni-9", &[net("10.0.8.0/28")]),
+        Err(PoolError::UnknownEni("eni-9".into()))
+    );
+    // Single members are not secondaries.
+    assert_eq!(
+        p.add_addresses("eni-1", &[ip("10.0.4.3")]),
+        Err(PoolError::AddressInPrefix {
+            ip: ip("10.0.4.3"),
+            prefix: net("10.0.4.0/28")
+        })
+    );
+    assert!(matches!(
+        p.add_addresses("eni-0", &[ip("10.0.4.3")]),
+        Err(PoolError::AddressOnOtherEni { .. })
+    ));
+    assert!(matches!(
+        p.remove_address(ip("10.0.4.3"), true),
+        Err(PoolError::AddressInPrefix { .. })
+    ));
+}
+
+#[test]
+fn a_prefix_in_use_is_only_removed_by_force_and_cooling_does_not_hold_it() {
+    let mut p = pool_with(0);
+    p.add_prefixes("eni-0", &[net("10.0.3.0/28")]).unwrap();
+    let a = p
+        .assign(&key(1), &PodInfo::default(), Timestamp(0))
+        .unwrap()
+        .0;
+    assert_eq!(
+        p.remove_prefix(net("10.0.3.0/28"), false),
+        Err(PoolError::InUse {
+            ip: a.ip,
+            holder: key(1).to_string()
+        })
+    );
+    p.release(&key(1), Timestamp(0)).unwrap();
+    // Cooling: the pool allows it (the plan never asks).
+    let (taken, muts) = p.remove_prefix(net("10.0.3.0/28"), false).unwrap();
+    assert!(taken.is_empty());
+    assert_eq!(muts.len(), 16);
+    assert_eq!(p.counts(Timestamp(0)).total, 0);
+    assert_eq!(p.prefixes("eni-0").count(), 0);
+    assert_eq!(
+        p.remove_prefix(net("10.0.3.0/28"), false),
+        Err(PoolError::UnknownPrefix(net("10.0.3.0/28")))
+    );
+
+    p.add_prefixes("eni-0", &[net("10.0.3.0/28")]).unwrap();
+    p.assign(&key(2), &PodInfo::default(), Timestamp(0))
+        .unwrap();
+    let (taken, _) = p.remove_prefix(net("10.0.3.0/28"), true).unwrap();
+    assert_eq!(taken.len(), 1);
+    assert_eq!(taken[0].key, key(2));
+    assert!(p.get(&key(2)).is_none());
+    // The same prefix may come back on another ENI once gone.
+    p.upsert_eni(eni("eni-1", 1, "10.0.1.10"));
+    p.add_prefixes("eni-1", &[net("10.0.3.0/28")]).unwrap();
+}
+
+#[test]
+fn pods_are_packed_into_prefixes_already_in_use() {
+    let mut p = pool_with(0);
+    let t0 = Timestamp(1_000_000);
+    p.add_prefixes("eni-0", &[net("10.0.3.16/28")]).unwrap();
+    let first = p.assign(&key(0), &PodInfo::default(), t0).unwrap().0;
+    assert_eq!(first.ip, ip("10.0.3.16"));
+    // A lower, never-used prefix arrives: the used one is still filled first.
+    p.add_prefixes("eni-0", &[net("10.0.3.0/28")]).unwrap();
+    let second = p.assign(&key(1), &PodInfo::default(), t0).unwrap().0;
+    assert_eq!(second.ip, ip("10.0.3.17"));
+    // A secondary /32 comes before a prefix nobody uses.
+    for k in 2..16 {
+        p.assign(&key(k), &PodInfo::default(), t0).unwrap();
+    }
+    p.add_addresses("eni-0", &[ip("10.0.9.9")]).unwrap();
+    assert_eq!(
+        p.assign(&key(16), &PodInfo::default(), t0).unwrap().0.ip,
+        ip("10.0.9.9")
+    );
+    assert_eq!(
+        p.assign(&key(17), &PodInfo::default(), t0).unwrap().0.ip,
+        ip("10.0.3.0")
+    );
+    // Now 10.0.3.16/28 holds 16 pods and 10.0.3.0/28 one. Fourteen leave the first; after
+    // the cooldown it has 2 pods and 14 addresses free, the other 1 and 15: the fuller one
+    // is filled first, although its free addresses were used more recently.
+    for k in 2..16 {
+        p.release(&key(k), t0).unwrap();
+    }
+    let later = t0.after(COOLDOWN);
+    let next = p.assign(&key(18), &PodInfo::default(), later).unwrap().0;
+    assert!(net("10.0.3.16/28").contains(next.ip), "{}", next.ip);
+}
+
+#[test]
+fn release_and_unassign_keep_an_address_in_its_prefix() {
+    let mut p = pool_with(0);
+    p.add_prefixes("eni-0", &[net("10.0.3.0/28")]).unwrap();
+    p.assign(&key(1), &PodInfo::default(), Timestamp(0))
+        .unwrap();
+    p.assign(&key(2), &PodInfo::default(), Timestamp(0))
+        .unwrap();
+    let (_, muts) = p.release(&key(1), Timestamp(0)).unwrap();
+    let Mutation::PutAddr(a) = &muts[0] else {
+        panic!("{muts:?}")
+    };
+    assert_eq!(a.slot.prefix, Some(net("10.0.3.0/28")));
+    let muts = p.unassign_unused(&key(2)).unwrap();
+    let Mutation::PutAddr(a) = &muts[0] else {
+        panic!("{muts:?}")
+    };
+    assert_eq!(a.slot.prefix, Some(net("10.0.3.0/28")));
+    assert!(
+        p.addresses("eni-0")
+            .all(|(_, s)| s.prefix == Some(net("10.0.3.0/28")))
+    );
+}
+
+#[test]
+fn state_from_before_prefixes_still_loads_and_secondaries_are_written_as_before() {
+    let old = concat!(
+        r#"{"ip":"10.0.0.11","eni":"eni-0","#,
+        r#""slot":{"state":{"free":{"cooling_until":5}},"released_at":3}}"#
+    );
+    let a: PersistedAddr = serde_json::from_str(old).unwrap();
+    assert_eq!(a.slot.prefix, None);
+    assert_eq!(serde_json::to_string(&a).unwrap(), old);
+    let mut member = a.clone();
+    member.slot.prefix = Some(net("10.0.0.0/28"));
+    let json = serde_json::to_string(&member).unwrap();
+    assert!(json.contains(r#""prefix":"10.0.0.0/28""#), "{json}");
+    assert_eq!(
+        serde_json::from_str::<PersistedAddr>(&json).unwrap(),
+        member
+    );
+}
+
+#[test]
+fn restore_keeps_prefixes_and_repairs_broken_ones() {
+    let mut p = pool_with(1);
+    p.upsert_eni(eni("eni-1", 1, "10.0.1.10"));
+    p.add_prefixes("eni-0", &[net("10.0.3.0/28")]).unwrap();
+    p.add_prefixes("eni-1", &[net("10.0.3.16/28")]).unwrap();
+    p.assign(&key(1), &PodInfo::default(), Timestamp(0))
+        .unwrap();
+    let (restored, fixes, issues) = Pool::restore(p.to_state(), COOLDOWN);
+    assert!(fixes.is_empty() && issues.is_empty(), "{issues:?}");
+    assert_eq!(
+        restored.prefixes("eni-1").collect::<Vec<_>>(),
+        vec![net("10.0.3.16/28")]
+    );
+    assert_eq!(restored.get(&key(1)), p.get(&key(1)));
+
+    // One member lost, and a prefix claimed by both ENIs.
+    let mut state = p.to_state();
+    state.addrs.retain(|a| a.ip != ip("10.0.3.5"));
+    for a in &mut state.addrs {
+        if a.ip == ip("10.0.3.20") {
+            a.eni = "eni-0".into();
+        }
+    }
+    let (repaired, fixes, issues) = Pool::restore(state, COOLDOWN);
+    assert_eq!(
+        issues,
+        vec![
+            RestoreIssue::BrokenPrefix {
+                prefix: net("10.0.3.16/28")
+            },
+            RestoreIssue::IncompletePrefix {
+                prefix: net("10.0.3.0/28"),
+                eni: "eni-0".into(),
+                missing: 1
+            },
+        ]
+    );
+    assert_eq!(fixes.len(), 17, "16 members dropped, 1 added back");
+    assert_eq!(repaired.prefixes("eni-1").count(), 0);
+    assert_eq!(repaired.addresses("eni-0").count(), 17);
+}

@@ -13,6 +13,10 @@ use proptest::prelude::*;
 #[derive(Clone, Debug)]
 enum Op {
     AddAddresses(u8),
+    AddPrefix(u8),
+    /// A /32 where prefixes are offered: refused inside a held one, else it blocks one.
+    AddStray(u8),
+    RemovePrefix(u8, bool),
     Assign(u32),
     Release(u32),
     Advance(u64),
@@ -24,6 +28,9 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         2 => (1u8..4).prop_map(Op::AddAddresses),
+        1 => (0u8..8).prop_map(Op::AddPrefix),
+        1 => (0u8..128).prop_map(Op::AddStray),
+        1 => (0u8..8, any::<bool>()).prop_map(|(i, force)| Op::RemovePrefix(i, force)),
         5 => (0u32..10).prop_map(Op::Assign),
         4 => (0u32..10).prop_map(Op::Release),
         3 => (0u64..45_000).prop_map(Op::Advance),
@@ -69,6 +76,50 @@ proptest! {
                         .collect();
                     next_ip = next_ip.wrapping_add(n);
                     if let Ok(m) = p.add_addresses(eni_id, &ips) { store.apply(&m).unwrap(); }
+                }
+                Op::AddPrefix(i) => {
+                    // Eight /28s in 10.0.3.0/25, each offered to either ENI.
+                    let base = Ipv4Addr::new(10, 0, 3, 16 * i);
+                    let prefix = ipnetwork::Ipv4Network::new(base, 28).unwrap();
+                    let eni_id = if (i + next_ip).is_multiple_of(2) { "eni-0" } else { "eni-1" };
+                    if let Ok(m) = p.add_prefixes(eni_id, &[prefix]) {
+                        store.apply(&m).unwrap();
+                        prop_assert!(p.prefixes(eni_id).any(|q| q == prefix));
+                    }
+                }
+                Op::AddStray(i) => {
+                    let eni_id = if i.is_multiple_of(2) { "eni-0" } else { "eni-1" };
+                    let stray = Ipv4Addr::new(10, 0, 3, i);
+                    let covered = p.enis().any(|e| p.prefixes(&e.id).any(|q| q.contains(stray)));
+                    match p.add_addresses(eni_id, &[stray]) {
+                        Ok(m) => {
+                            prop_assert!(!covered);
+                            store.apply(&m).unwrap();
+                        }
+                        Err(e) => {
+                            let other = if eni_id == "eni-0" { "eni-1" } else { "eni-0" };
+                            let elsewhere = p.addresses(other).any(|(a, _)| a == stray);
+                            prop_assert!(covered || elsewhere, "{}", e);
+                        }
+                    }
+                }
+                Op::RemovePrefix(i, force) => {
+                    let held: Vec<_> = p.enis()
+                        .flat_map(|e| p.prefixes(&e.id).collect::<Vec<_>>())
+                        .collect();
+                    if let Some(&prefix) = held.get(i as usize % held.len().max(1)) {
+                        let in_use = p.allocations().iter().any(|a| prefix.contains(a.ip));
+                        match p.remove_prefix(prefix, force) {
+                            Ok((taken, m)) => {
+                                prop_assert!(force || !in_use);
+                                store.apply(&m).unwrap();
+                                for a in taken {
+                                    prop_assert_eq!(first_ip.remove(&a.key), Some(a.ip));
+                                }
+                            }
+                            Err(e) => prop_assert!(!force && in_use, "{}", e),
+                        }
+                    }
                 }
                 Op::Assign(k) => {
                     let before: HashMap<Ipv4Addr, AddrSlot> = p
@@ -116,7 +167,8 @@ proptest! {
                 }
                 Op::RemoveFree(i) => {
                     let free = p.to_state().addrs.into_iter()
-                        .filter(|a| a.slot.holder().is_none()).nth(i as usize);
+                        .filter(|a| a.slot.holder().is_none() && a.slot.prefix.is_none())
+                        .nth(i as usize);
                     if let Some(a) = free {
                         let (taken, m) = p.remove_address(a.ip, false).unwrap();
                         prop_assert!(taken.is_none());
@@ -126,6 +178,12 @@ proptest! {
                 Op::Restart => {
                     let (restored, fixes, issues) = Pool::restore(store.load().unwrap(), COOLDOWN);
                     prop_assert!(fixes.is_empty() && issues.is_empty(), "{:?}", issues);
+                    prop_assert_eq!(sorted(restored.to_state()), sorted(p.to_state()));
+                    for e in p.enis() {
+                        let before: Vec<_> = p.prefixes(&e.id).collect();
+                        let after: Vec<_> = restored.prefixes(&e.id).collect();
+                        prop_assert_eq!(before, after);
+                    }
                     p = restored;
                 }
             }
@@ -145,6 +203,21 @@ proptest! {
             prop_assert_eq!(c.total, c.assigned + c.cooling + c.available);
             // What was persisted is exactly the pool.
             prop_assert_eq!(sorted(store.load().unwrap()), sorted(p.to_state()));
+            // A held prefix is whole, on one ENI; every tagged address belongs to a held one.
+            for e in p.enis() {
+                let prefixes: HashSet<_> = p.prefixes(&e.id).collect();
+                for prefix in &prefixes {
+                    let members = p.addresses(&e.id)
+                        .filter(|(_, s)| s.prefix == Some(*prefix))
+                        .count();
+                    prop_assert_eq!(members, 16);
+                }
+                for (ip, s) in p.addresses(&e.id) {
+                    if let Some(prefix) = s.prefix {
+                        prop_assert!(prefixes.contains(&prefix) && prefix.contains(ip));
+                    }
+                }
+            }
         }
     }
 }

@@ -1,0 +1,245 @@
+//! The warm-pool controller, pure: from the pool, the instance's limits and the targets, the
+//! next thing to ask of EC2.
+
+mod grow;
+mod shrink;
+mod targets;
+mod view;
+
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use ipnetwork::Ipv4Network;
+
+use crate::datastore::Pool;
+use crate::time::Timestamp;
+
+pub use targets::{PoolMode, Targets};
+
+/// Least time between two rounds of giving addresses back (the Go CNI's
+/// `decreaseIPPoolInterval`): each round is an EC2 call, and pod churn would otherwise turn
+/// into a stream of them.
+pub const RELEASE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// An ENI younger than this is never freed (the Go CNI's `minENILifeTime`): it was attached
+/// for a reason a moment ago.
+pub const MIN_ENI_AGE: Duration = Duration::from_secs(60);
+
+/// What the instance allows, after MAX_ENI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeLimits {
+    /// ENIs the node may hold.
+    pub max_enis: u32,
+    /// Address slots per ENI: IPv4 addresses per ENI minus the ENI's own. Each slot holds a
+    /// secondary /32 or a delegated /28 (EC2 counts a prefix as one address against the
+    /// limit), so this is also the prefixes per ENI ([`NodeLimits::prefixes_per_eni`]).
+    pub secondary_ips_per_eni: u32,
+    /// The pool stops growing once it holds this many addresses; with prefix delegation the
+    /// last prefix may pass it by up to 15.
+    pub max_pods: u32,
+}
+
+impl NodeLimits {
+    /// /28 prefixes one ENI can hold (IPv4 addresses per ENI minus the ENI's own), in the same
+    /// slots as secondary addresses.
+    pub fn prefixes_per_eni(&self) -> u32 {
+        self.secondary_ips_per_eni
+    }
+}
+
+/// The moment a plan is made for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlanContext {
+    /// Now: decides what is cooling and how old ENIs are.
+    pub now: Timestamp,
+    /// When the daemon last carried out a release ([`Action::ReleaseIps`] or
+    /// [`Action::ReleasePrefixes`]); nothing is released again before [`RELEASE_INTERVAL`]
+    /// has passed since.
+    pub last_release: Option<Timestamp>,
+}
+
+impl PlanContext {
+    /// At `now`, with no release yet.
+    pub fn at(now: Timestamp) -> Self {
+        PlanContext {
+            now,
+            last_release: None,
+        }
+    }
+}
+
+/// A step for the daemon to carry out through EC2, then report back to the [`Pool`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Assign `count` more secondary addresses to an ENI (then [`Pool::add_addresses`]).
+    AssignIps {
+        /// The ENI.
+        eni_id: String,
+        /// How many.
+        count: u32,
+    },
+    /// Delegate `count` more /28 prefixes to an ENI (then [`Pool::add_prefixes`]).
+    AssignPrefixes {
+        /// The ENI.
+        eni_id: String,
+        /// How many.
+        count: u32,
+    },
+    /// Create and attach a new ENI pre-loaded with `ips` secondary addresses or `prefixes`
+    /// /28 prefixes; exactly one of them is non-zero.
+    CreateEni {
+        /// Secondary addresses it is created with.
+        ips: u32,
+        /// Prefixes it is created with.
+        prefixes: u32,
+    },
+    /// Give these free secondary addresses back (take them out of the pool with
+    /// [`Pool::remove_address`], not forced, before unassigning them in EC2: an ADD may have
+    /// taken one since the plan was made).
+    ReleaseIps {
+        /// Their ENI.
+        eni_id: String,
+        /// The addresses.
+        ips: Vec<Ipv4Addr>,
+    },
+    /// Give these wholly free prefixes back (take them out with [`Pool::remove_prefix`], not
+    /// forced, before unassigning them in EC2).
+    ReleasePrefixes {
+        /// Their ENI.
+        eni_id: String,
+        /// The prefixes.
+        prefixes: Vec<Ipv4Network>,
+    },
+    /// Detach and delete an unused ENI (take it out with [`Pool::remove_eni`], not forced,
+    /// before detaching it).
+    FreeEni {
+        /// The ENI.
+        eni_id: String,
+    },
+}
+
+impl Action {
+    /// True for the actions that add addresses.
+    pub fn is_growth(&self) -> bool {
+        matches!(
+            self,
+            Action::AssignIps { .. } | Action::AssignPrefixes { .. } | Action::CreateEni { .. }
+        )
+    }
+
+    /// True for the actions that give addresses back while keeping the ENI.
+    pub fn is_release(&self) -> bool {
+        matches!(
+            self,
+            Action::ReleaseIps { .. } | Action::ReleasePrefixes { .. }
+        )
+    }
+}
+
+/// Why the pool cannot grow although it is below target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blocked {
+    /// It holds as many addresses as the node may run pods.
+    MaxPods {
+        /// The cap.
+        max_pods: u32,
+    },
+    /// Every ENI is full and no further ENI may be attached.
+    MaxEnis {
+        /// ENIs held.
+        enis: u32,
+    },
+}
+
+impl fmt::Display for Blocked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Blocked::MaxPods { max_pods } => {
+                write!(f, "the node holds addresses for its max pods ({max_pods})")
+            }
+            // Worded after the Go CNI's line so operators' greps keep working.
+            Blocked::MaxEnis { enis } => write!(
+                f,
+                "the max ENI limit is already reached ({enis} ENIs attached, every one full)"
+            ),
+        }
+    }
+}
+
+/// The controller's next steps, or why there are none although the pool is low.
+///
+/// A plan is one of: a single growth action; the release actions of one shrink round (at
+/// most one of each kind per ENI: carry them all out, then record the time as
+/// [`PlanContext::last_release`]); a single [`Action::FreeEni`]; nothing. Carrying out its
+/// first action (or all of them) and planning again converges.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// What to ask of EC2, in order.
+    pub actions: Vec<Action>,
+    /// Set when the pool is below target but cannot grow.
+    pub blocked: Option<Blocked>,
+}
+
+/// The Go CNI's warm-pool control (`updateIPPoolIfRequired`), one decision per call:
+///
+/// - [`PoolMode::WarmEni`]: below target while fewer than `warm_eni × secondary_ips_per_eni`
+///   addresses are available (with 0: none). Grows by filling an ENI, or by a new ENI with a
+///   full ENI's worth; gives back only whole ENIs, when at least `(warm_eni + 1)` ENIs' worth
+///   is available.
+/// - [`PoolMode::WarmIp`]: short by `max(warm_ip − available, minimum_ip − total)` addresses
+///   (whole /28s with delegation); above target by `min(available − warm_ip,
+///   total − minimum_ip)`, given back as free /32s and wholly free /28s that fit in it.
+/// - [`PoolMode::WarmPrefix`]: below target while fewer than `16 × warm_prefix` addresses are
+///   available, then adds `max(1, warm_prefix − free prefixes)` prefixes; above target while
+///   more than `warm_prefix` prefixes are wholly free.
+///
+/// Growth comes first and is one action per plan (one ENI per round, like the Go CNI):
+/// existing ENIs with a free slot first (by device number), pre-loaded new ENIs next, never
+/// past `max_pods`. Releases come only when not growing, at most every [`RELEASE_INTERVAL`];
+/// freeing an ENI (at most one) only when there is nothing else to do.
+///
+/// Deliberate differences from the Go CNI:
+/// - Addresses in cooldown do not count as available, for growing nor for the surplus, and a
+///   prefix counts as free only with all 16 addresses available: none of them can serve an
+///   ADD (the Go CNI counts them and starves pods, its issue #2896).
+/// - Cooling addresses, and prefixes holding one, are never given back (the Go CNI gives them
+///   back). For the network they are still the previous pod's: other nodes' kube-proxy rules
+///   and conntrack entries keep sending its traffic there until the cooldown ends, and an
+///   address given back to EC2 may go at once to another ENI in the subnet, whose new owner
+///   would receive that traffic. Kept here, a cooling address receives it harmlessly.
+/// - Prefix delegation with every target 0 (invalid for the Go CNI) acts as
+///   WARM_PREFIX_TARGET=1.
+/// - An ENI is freed only if the pool without it still meets every target, so freeing never
+///   makes the next plan grow (the Go CNI can free and recreate an ENI with
+///   WARM_ENI_TARGET=0); the candidate is the highest device number rather than map order.
+/// - Secondary /32s and /28 members alike count as the pool's addresses in every mode (the
+///   Go CNI counts only the kind of the current mode, which matters only after switching
+///   prefix delegation on or off).
+pub fn plan(pool: &Pool, limits: &NodeLimits, targets: &Targets, ctx: PlanContext) -> Plan {
+    let view = view::PoolView::new(pool, ctx.now);
+    if let Some(units) = targets.shortfall(&view.totals, limits) {
+        return grow::growth(&view, limits, targets, units);
+    }
+    let may_release = ctx
+        .last_release
+        .is_none_or(|t| t.after(RELEASE_INTERVAL) <= ctx.now);
+    if may_release {
+        let actions = shrink::releases(&view, targets);
+        if !actions.is_empty() {
+            return Plan {
+                actions,
+                blocked: None,
+            };
+        }
+    }
+    match shrink::eni_to_free(&view, limits, targets, ctx.now) {
+        Some(eni_id) => Plan {
+            actions: vec![Action::FreeEni {
+                eni_id: eni_id.to_string(),
+            }],
+            blocked: None,
+        },
+        None => Plan::default(),
+    }
+}

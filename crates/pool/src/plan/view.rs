@@ -1,0 +1,134 @@
+//! What the planner needs to know of the pool at one moment: counts for the whole node and
+//! per ENI, and which addresses and prefixes could be given back.
+
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use ipnetwork::Ipv4Network;
+
+use crate::datastore::Pool;
+use crate::model::{ADDRS_PER_PREFIX, EniInfo};
+use crate::time::Timestamp;
+
+/// Address counts. `available` excludes cooling addresses and `free_prefixes` counts only
+/// prefixes whose 16 addresses are all available (see [`crate::plan()`] for why).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Totals {
+    pub total: u32,
+    pub assigned: u32,
+    pub available: u32,
+    pub free_prefixes: u32,
+}
+
+impl Totals {
+    /// The counts without `part` (the pool without one ENI).
+    pub fn without(self, part: Totals) -> Totals {
+        Totals {
+            total: self.total.saturating_sub(part.total),
+            assigned: self.assigned.saturating_sub(part.assigned),
+            available: self.available.saturating_sub(part.available),
+            free_prefixes: self.free_prefixes.saturating_sub(part.free_prefixes),
+        }
+    }
+
+    fn add(&mut self, part: Totals) {
+        self.total += part.total;
+        self.assigned += part.assigned;
+        self.available += part.available;
+        self.free_prefixes += part.free_prefixes;
+    }
+}
+
+/// Something the pool can give back to EC2 in one piece.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Unit {
+    Ip(Ipv4Addr),
+    Prefix(Ipv4Network),
+}
+
+impl Unit {
+    /// Addresses it holds.
+    pub fn size(self) -> u32 {
+        match self {
+            Unit::Ip(_) => 1,
+            Unit::Prefix(_) => ADDRS_PER_PREFIX,
+        }
+    }
+
+    fn start(self) -> Ipv4Addr {
+        match self {
+            Unit::Ip(ip) => ip,
+            Unit::Prefix(p) => p.network(),
+        }
+    }
+}
+
+/// One ENI.
+pub(super) struct EniView<'a> {
+    pub info: &'a EniInfo,
+    /// Address slots used: secondary /32s plus delegated prefixes (EC2 counts both against
+    /// the ENI's IPv4 address limit).
+    pub slots: u32,
+    pub totals: Totals,
+    pub cooling: u32,
+    /// Available secondaries and wholly available prefixes, highest address first.
+    pub releasable: Vec<Unit>,
+}
+
+/// The whole pool, ENIs by device number.
+pub(super) struct PoolView<'a> {
+    pub enis: Vec<EniView<'a>>,
+    pub totals: Totals,
+}
+
+impl<'a> PoolView<'a> {
+    pub fn new(pool: &'a Pool, now: Timestamp) -> Self {
+        let mut enis: Vec<EniView<'a>> = pool.enis().map(|e| eni_view(pool, e, now)).collect();
+        enis.sort_by_key(|e| (e.info.device_number, e.info.id.clone()));
+        let mut totals = Totals::default();
+        for e in &enis {
+            totals.add(e.totals);
+        }
+        PoolView { enis, totals }
+    }
+}
+
+fn eni_view<'a>(pool: &Pool, info: &'a EniInfo, now: Timestamp) -> EniView<'a> {
+    let mut totals = Totals::default();
+    let mut cooling = 0;
+    let mut secondaries = 0;
+    let mut releasable = Vec::new();
+    let mut prefix_available: BTreeMap<Ipv4Network, u32> = BTreeMap::new();
+    for (ip, slot) in pool.addresses(&info.id) {
+        let available = slot.is_available(now);
+        totals.total += 1;
+        totals.assigned += u32::from(slot.is_assigned());
+        totals.available += u32::from(available);
+        cooling += u32::from(slot.is_cooling(now));
+        match slot.prefix {
+            Some(p) => *prefix_available.entry(p).or_default() += u32::from(available),
+            None => {
+                secondaries += 1;
+                if available {
+                    releasable.push(Unit::Ip(ip));
+                }
+            }
+        }
+    }
+    let prefixes = pool.prefixes(&info.id).count() as u32;
+    for (prefix, available) in prefix_available {
+        if available == ADDRS_PER_PREFIX {
+            totals.free_prefixes += 1;
+            releasable.push(Unit::Prefix(prefix));
+        }
+    }
+    releasable.sort_by_key(|u| Reverse(u.start()));
+    EniView {
+        info,
+        slots: secondaries + prefixes,
+        totals,
+        cooling,
+        releasable,
+    }
+}
