@@ -5,6 +5,7 @@
 //! `AWS_EC2_ENDPOINT` (the Go CNI's variable) moves EC2. The region comes from IMDS and the
 //! credentials from the SDK's default chain (environment, web identity, IMDS role, ...).
 
+use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
@@ -21,8 +22,10 @@ use aws_sdk_ec2::types::{
 pub use aws_sdk_ec2 as sdk;
 
 use crate::{
-    Attachment, CloudError, CloudErrorKind, CreateEni, Ec2, Imds, InstanceLimits, NetworkInterface,
+    Attachment, CloudError, CloudErrorKind, CreateEni, Ec2, EniFilter, Imds, InstanceLimits,
+    NetworkInterface,
 };
+use ipnetwork::Ipv4Network;
 
 /// IMDS through aws-config (IMDSv2, token cached and refreshed by the client).
 #[derive(Clone, Debug)]
@@ -305,36 +308,8 @@ impl Ec2 for AwsEc2 {
         &self,
         instance_id: &str,
     ) -> Result<Vec<NetworkInterface>, CloudError> {
-        let api = "DescribeNetworkInterfaces";
-        let filter = Filter::builder()
-            .name("attachment.instance-id")
-            .values(instance_id)
-            .build();
-        let mut enis = Vec::new();
-        let mut token = None;
-        // Bounded: an instance holds at most a few dozen ENIs, far fewer pages.
-        for _ in 0..100 {
-            let out = self
-                .client
-                .describe_network_interfaces()
-                .filters(filter.clone())
-                .set_next_token(token)
-                .send()
-                .await
-                .map_err(|e| sdk_error(api, e))?;
-            for eni in out.network_interfaces() {
-                enis.push(to_network_interface(api, eni)?);
-            }
-            token = out.next_token().map(str::to_string);
-            if token.is_none() {
-                return Ok(enis);
-            }
-        }
-        Err(CloudError::new(
-            api,
-            CloudErrorKind::Other,
-            "more than 100 pages of ENIs",
-        ))
+        self.find_network_interfaces(&[EniFilter::new("attachment.instance-id", instance_id)])
+            .await
     }
 
     async fn create_network_interface(
@@ -353,7 +328,14 @@ impl Ec2 for AwsEc2 {
             .subnet_id(&request.subnet_id)
             .description(&request.description)
             .set_groups(Some(request.security_groups.clone()))
-            .secondary_private_ip_address_count(request.secondary_ips.min(i32::MAX as u32) as i32)
+            .set_secondary_private_ip_address_count(
+                (request.ipv4_prefixes == 0)
+                    .then_some(request.secondary_ips.min(i32::MAX as u32) as i32),
+            )
+            .set_ipv4_prefix_count(
+                (request.ipv4_prefixes > 0)
+                    .then_some(request.ipv4_prefixes.min(i32::MAX as u32) as i32),
+            )
             .tag_specifications(
                 TagSpecification::builder()
                     .resource_type(ResourceType::NetworkInterface)
@@ -436,6 +418,113 @@ impl Ec2 for AwsEc2 {
         self.client
             .delete_network_interface()
             .network_interface_id(eni_id)
+            .send()
+            .await
+            .map_err(|e| sdk_error(api, e))?;
+        Ok(())
+    }
+
+    async fn assign_ipv4_prefixes(
+        &self,
+        eni_id: &str,
+        count: u32,
+    ) -> Result<Vec<Ipv4Network>, CloudError> {
+        let api = "AssignPrivateIpAddresses";
+        let out = self
+            .client
+            .assign_private_ip_addresses()
+            .network_interface_id(eni_id)
+            .ipv4_prefix_count(count.min(i32::MAX as u32) as i32)
+            .send()
+            .await
+            .map_err(|e| sdk_error(api, e))?;
+        out.assigned_ipv4_prefixes()
+            .iter()
+            .filter_map(|p| p.ipv4_prefix())
+            .map(|p| {
+                p.parse().map_err(|_| {
+                    CloudError::new(
+                        api,
+                        CloudErrorKind::Other,
+                        format!("EC2 returned prefix {p:?}"),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    async fn unassign_ipv4_prefixes(
+        &self,
+        eni_id: &str,
+        prefixes: &[Ipv4Network],
+    ) -> Result<(), CloudError> {
+        let api = "UnassignPrivateIpAddresses";
+        self.client
+            .unassign_private_ip_addresses()
+            .network_interface_id(eni_id)
+            .set_ipv4_prefixes(Some(prefixes.iter().map(Ipv4Network::to_string).collect()))
+            .send()
+            .await
+            .map_err(|e| sdk_error(api, e))?;
+        Ok(())
+    }
+
+    async fn find_network_interfaces(
+        &self,
+        filters: &[EniFilter],
+    ) -> Result<Vec<NetworkInterface>, CloudError> {
+        let api = "DescribeNetworkInterfaces";
+        let filters: Vec<Filter> = filters
+            .iter()
+            .map(|f| {
+                Filter::builder()
+                    .name(&f.name)
+                    .set_values(Some(f.values.clone()))
+                    .build()
+            })
+            .collect();
+        let mut enis = Vec::new();
+        let mut token = None;
+        // Bounded: a VPC-wide listing at 1000 a page ends long before this.
+        for _ in 0..1000 {
+            let out = self
+                .client
+                .describe_network_interfaces()
+                .set_filters(Some(filters.clone()))
+                .max_results(1000)
+                .set_next_token(token)
+                .send()
+                .await
+                .map_err(|e| sdk_error(api, e))?;
+            for eni in out.network_interfaces() {
+                enis.push(to_network_interface(api, eni)?);
+            }
+            token = out.next_token().map(str::to_string);
+            if token.is_none() {
+                return Ok(enis);
+            }
+        }
+        Err(CloudError::new(
+            api,
+            CloudErrorKind::Other,
+            "more than 1000 pages of ENIs",
+        ))
+    }
+
+    async fn create_tags(
+        &self,
+        resource_id: &str,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<(), CloudError> {
+        let api = "CreateTags";
+        self.client
+            .create_tags()
+            .resources(resource_id)
+            .set_tags(Some(
+                tags.iter()
+                    .map(|(k, v)| Tag::builder().key(k).value(v).build())
+                    .collect(),
+            ))
             .send()
             .await
             .map_err(|e| sdk_error(api, e))?;

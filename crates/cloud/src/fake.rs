@@ -7,7 +7,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use ipnetwork::Ipv4Network;
 
 use crate::{
-    Attachment, CloudError, CloudErrorKind, CreateEni, Ec2, Imds, InstanceLimits, NetworkInterface,
+    Attachment, CloudError, CloudErrorKind, CreateEni, Ec2, EniFilter, Imds, InstanceLimits,
+    NetworkInterface,
 };
 
 /// IMDS as a map of paths to values.
@@ -155,6 +156,25 @@ impl FakeEc2 {
     }
 }
 
+/// Takes the lowest /28-aligned block of 16 free addresses, as EC2 delegates prefixes.
+fn take_prefix_block(free: &mut Vec<Ipv4Addr>) -> Option<Ipv4Network> {
+    let start = free
+        .iter()
+        .map(|ip| u32::from(*ip))
+        .filter(|a| a % 16 == 0)
+        .find(|start| (*start..start + 16).all(|a| free.contains(&Ipv4Addr::from(a))))?;
+    free.retain(|ip| !(start..start + 16).contains(&u32::from(*ip)));
+    Ipv4Network::new(Ipv4Addr::from(start), 28).ok()
+}
+
+fn no_cidr_block(api: &str, subnet: &str) -> CloudError {
+    CloudError::from_code(
+        api,
+        "InsufficientCidrBlocks",
+        format!("The specified subnet {subnet} does not have enough contiguous free space"),
+    )
+}
+
 fn not_found(api: &str, id: &str) -> CloudError {
     CloudError::from_code(
         api,
@@ -296,6 +316,19 @@ impl Ec2 for FakeEc2 {
         }
         let mut ips: Vec<Ipv4Addr> = free.drain(..wanted).collect();
         let primary = ips.remove(0);
+        let mut prefixes = Vec::new();
+        for _ in 0..request.ipv4_prefixes {
+            match take_prefix_block(free) {
+                Some(block) => prefixes.push(block),
+                None => {
+                    free.extend(prefixes.iter().flat_map(|p: &Ipv4Network| p.iter()));
+                    free.push(primary);
+                    free.extend(ips);
+                    free.sort();
+                    return Err(no_cidr_block(api, &request.subnet_id));
+                }
+            }
+        }
         s.created += 1;
         let n = s.created;
         let eni = NetworkInterface {
@@ -306,6 +339,7 @@ impl Ec2 for FakeEc2 {
             status: "available".into(),
             primary_ip: Some(primary),
             secondary_ips: ips,
+            prefixes,
             security_groups: request.security_groups.clone(),
             tags: request.tags.clone(),
             ..Default::default()
@@ -435,6 +469,131 @@ impl Ec2 for FakeEc2 {
             .chain(eni.secondary_ips)
             .collect();
         s.free.entry(eni.subnet_id).or_default().extend(back);
+        Ok(())
+    }
+
+    async fn assign_ipv4_prefixes(
+        &self,
+        eni_id: &str,
+        count: u32,
+    ) -> Result<Vec<Ipv4Network>, CloudError> {
+        let api = "AssignPrivateIpAddresses";
+        let mut s = self.begin(api, format!("{eni_id},prefixes={count}"))?;
+        let eni = s
+            .enis
+            .get(eni_id)
+            .cloned()
+            .ok_or_else(|| not_found(api, eni_id))?;
+        let per_eni = s.ipv4_per_eni;
+        let slots = eni.secondary_ips.len() + eni.prefixes.len() + 1;
+        if per_eni > 0 && slots as u32 + count > per_eni {
+            return Err(CloudError::from_code(
+                api,
+                "PrivateIpAddressLimitExceeded",
+                format!("Number of private addresses will exceed limit of {per_eni}"),
+            ));
+        }
+        let free = s.free.entry(eni.subnet_id.clone()).or_default();
+        let mut new = Vec::new();
+        for _ in 0..count {
+            match take_prefix_block(free) {
+                Some(block) => new.push(block),
+                None => {
+                    free.extend(new.iter().flat_map(|p: &Ipv4Network| p.iter()));
+                    return Err(no_cidr_block(api, &eni.subnet_id));
+                }
+            }
+        }
+        if let Some(e) = s.enis.get_mut(eni_id) {
+            e.prefixes.extend(&new);
+        }
+        Ok(new)
+    }
+
+    async fn unassign_ipv4_prefixes(
+        &self,
+        eni_id: &str,
+        prefixes: &[Ipv4Network],
+    ) -> Result<(), CloudError> {
+        let api = "UnassignPrivateIpAddresses";
+        let mut s = self.begin(api, format!("{eni_id},prefixes"))?;
+        let eni = s
+            .enis
+            .get_mut(eni_id)
+            .ok_or_else(|| not_found(api, eni_id))?;
+        if let Some(p) = prefixes.iter().find(|p| !eni.prefixes.contains(p)) {
+            return Err(CloudError::new(
+                api,
+                CloudErrorKind::Invalid,
+                format!("prefix {p} is not delegated to {eni_id}"),
+            ));
+        }
+        eni.prefixes.retain(|p| !prefixes.contains(p));
+        let subnet = eni.subnet_id.clone();
+        s.free
+            .entry(subnet)
+            .or_default()
+            .extend(prefixes.iter().flat_map(|p| p.iter()));
+        Ok(())
+    }
+
+    async fn find_network_interfaces(
+        &self,
+        filters: &[EniFilter],
+    ) -> Result<Vec<NetworkInterface>, CloudError> {
+        let api = "DescribeNetworkInterfaces";
+        let s = self.begin(api, format!("{} filters", filters.len()))?;
+        let matches = |eni: &NetworkInterface, f: &EniFilter| -> Result<bool, CloudError> {
+            let values: Vec<String> = match f.name.as_str() {
+                "attachment.instance-id" => eni
+                    .attachment
+                    .iter()
+                    .map(|a| a.instance_id.clone())
+                    .collect(),
+                "status" => vec![eni.status.clone()],
+                "vpc-id" => vec![eni.vpc_id.clone()],
+                "subnet-id" => vec![eni.subnet_id.clone()],
+                "description" => vec![eni.description.clone()],
+                "tag-key" => eni.tags.keys().cloned().collect(),
+                name => match name.strip_prefix("tag:") {
+                    Some(key) => eni.tags.get(key).cloned().into_iter().collect(),
+                    None => {
+                        return Err(CloudError::from_code(
+                            api,
+                            "InvalidParameterValue",
+                            format!("The filter '{name}' is invalid"),
+                        ));
+                    }
+                },
+            };
+            Ok(values.iter().any(|v| f.values.contains(v)))
+        };
+        let mut found = Vec::new();
+        for eni in s.enis.values() {
+            let mut all = true;
+            for f in filters {
+                all &= matches(eni, f)?;
+            }
+            if all {
+                found.push(eni.clone());
+            }
+        }
+        Ok(found)
+    }
+
+    async fn create_tags(
+        &self,
+        resource_id: &str,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<(), CloudError> {
+        let api = "CreateTags";
+        let mut s = self.begin(api, resource_id.to_string())?;
+        let eni = s
+            .enis
+            .get_mut(resource_id)
+            .ok_or_else(|| not_found(api, resource_id))?;
+        eni.tags
+            .extend(tags.iter().map(|(k, v)| (k.clone(), v.clone())));
         Ok(())
     }
 }

@@ -10,15 +10,19 @@ mod error;
 pub mod fake;
 mod identity;
 pub mod limits;
+pub mod throttle;
 mod types;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::Ipv4Addr;
+
+use ipnetwork::Ipv4Network;
 
 pub use error::{CloudError, CloudErrorKind, classify_code};
 pub use identity::{EniMetadata, NodeIdentity, eni_metadata, node_identity};
 pub use limits::{InstanceLimits, InstanceTable};
-pub use types::{Attachment, CreateEni, NetworkInterface};
+pub use types::{Attachment, CreateEni, EniFilter, NetworkInterface};
 
 /// The EC2 calls ipamd makes. Each call is one API request (the implementation may retry
 /// transient failures); errors carry the AWS error code.
@@ -90,6 +94,34 @@ pub trait Ec2: Send + Sync + 'static {
     fn delete_network_interface(
         &self,
         eni_id: &str,
+    ) -> impl Future<Output = Result<(), CloudError>> + Send;
+
+    /// Delegates `count` new /28 prefixes to an ENI (AssignPrivateIpAddresses with
+    /// Ipv4PrefixCount) and returns the new ones.
+    fn assign_ipv4_prefixes(
+        &self,
+        eni_id: &str,
+        count: u32,
+    ) -> impl Future<Output = Result<Vec<Ipv4Network>, CloudError>> + Send;
+
+    /// Returns prefixes (UnassignPrivateIpAddresses with Ipv4Prefix).
+    fn unassign_ipv4_prefixes(
+        &self,
+        eni_id: &str,
+        prefixes: &[Ipv4Network],
+    ) -> impl Future<Output = Result<(), CloudError>> + Send;
+
+    /// ENIs matching every filter (DescribeNetworkInterfaces with filters, all pages).
+    fn find_network_interfaces(
+        &self,
+        filters: &[EniFilter],
+    ) -> impl Future<Output = Result<Vec<NetworkInterface>, CloudError>> + Send;
+
+    /// Adds or replaces tags on a resource (CreateTags).
+    fn create_tags(
+        &self,
+        resource_id: &str,
+        tags: &BTreeMap<String, String>,
     ) -> impl Future<Output = Result<(), CloudError>> + Send;
 }
 
@@ -175,5 +207,36 @@ impl<T: Ec2> Ec2 for std::sync::Arc<T> {
         eni_id: &str,
     ) -> impl Future<Output = Result<(), CloudError>> + Send {
         (**self).delete_network_interface(eni_id)
+    }
+
+    fn assign_ipv4_prefixes(
+        &self,
+        eni_id: &str,
+        count: u32,
+    ) -> impl Future<Output = Result<Vec<Ipv4Network>, CloudError>> + Send {
+        (**self).assign_ipv4_prefixes(eni_id, count)
+    }
+
+    fn unassign_ipv4_prefixes(
+        &self,
+        eni_id: &str,
+        prefixes: &[Ipv4Network],
+    ) -> impl Future<Output = Result<(), CloudError>> + Send {
+        (**self).unassign_ipv4_prefixes(eni_id, prefixes)
+    }
+
+    fn find_network_interfaces(
+        &self,
+        filters: &[EniFilter],
+    ) -> impl Future<Output = Result<Vec<NetworkInterface>, CloudError>> + Send {
+        (**self).find_network_interfaces(filters)
+    }
+
+    fn create_tags(
+        &self,
+        resource_id: &str,
+        tags: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<(), CloudError>> + Send {
+        (**self).create_tags(resource_id, tags)
     }
 }

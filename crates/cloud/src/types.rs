@@ -58,6 +58,28 @@ pub struct CreateEni {
     pub security_groups: Vec<String>,
     /// Secondary addresses it is created with.
     pub secondary_ips: u32,
+    /// /28 prefixes it is created with (prefix delegation); 0 with secondary addresses.
+    pub ipv4_prefixes: u32,
     /// Tags.
     pub tags: BTreeMap<String, String>,
+}
+
+/// A DescribeNetworkInterfaces filter: `name` is one of EC2's filter names (`status`,
+/// `vpc-id`, `tag-key`, `tag:<key>`, `attachment.instance-id`, ...); any value matches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EniFilter {
+    /// Filter name.
+    pub name: String,
+    /// Accepted values.
+    pub values: Vec<String>,
+}
+
+impl EniFilter {
+    /// A filter with one value.
+    pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
+        EniFilter {
+            name: name.into(),
+            values: vec![value.into()],
+        }
+    }
 }
