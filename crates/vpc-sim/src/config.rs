@@ -100,6 +100,9 @@ pub struct Cli {
     /// IMDS shows a new attachment or address this many ms after EC2 does.
     #[arg(long, default_value_t = 0)]
     pub imds_lag_ms: u64,
+    /// AttachNetworkInterface answers, and the device appears, this many ms after the call.
+    #[arg(long, default_value_t = 0)]
+    pub attach_latency_ms: u64,
     /// Extra instance type NAME:ENIS:IPV4_PER_ENI (repeatable).
     #[arg(long = "extra-instance-type", value_parser = parse_extra_type)]
     pub extra_instance_types: Vec<ExtraType>,

@@ -129,7 +129,8 @@ pub async fn launch(cli: &Cli) -> Result<Running, LaunchError> {
             (Some(Arc::new(Mutex::new(fabric))), listeners, Some(plan))
         }
     };
-    let mut sim = Sim::new(model, clock, cli.imds_lag_ms);
+    let mut sim =
+        Sim::new(model, clock, cli.imds_lag_ms).with_attach_latency(cli.attach_latency_ms);
     if let Some(f) = &fabric {
         let follower: SharedFollower = f.clone();
         sim = sim.with_follower(follower);

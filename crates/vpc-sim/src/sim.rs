@@ -29,6 +29,7 @@ pub struct Sim {
     model: Mutex<Model>,
     clock: Arc<dyn Clock>,
     imds_lag_ms: u64,
+    attach_latency_ms: u64,
     follower: Option<SharedFollower>,
 }
 
@@ -38,6 +39,7 @@ impl std::fmt::Debug for Sim {
             .field("model", &self.model)
             .field("clock", &self.clock)
             .field("imds_lag_ms", &self.imds_lag_ms)
+            .field("attach_latency_ms", &self.attach_latency_ms)
             .field("follower", &self.follower.is_some())
             .finish()
     }
@@ -50,8 +52,21 @@ impl Sim {
             model: Mutex::new(model),
             clock,
             imds_lag_ms,
+            attach_latency_ms: 0,
             follower: None,
         }
+    }
+
+    /// AttachNetworkInterface answers (and the device appears) only after `ms`: EC2 takes
+    /// seconds to attach, which is what a cold ADD waits for.
+    pub fn with_attach_latency(mut self, ms: u64) -> Self {
+        self.attach_latency_ms = ms;
+        self
+    }
+
+    /// The emulated attach latency.
+    pub fn attach_latency_ms(&self) -> u64 {
+        self.attach_latency_ms
     }
 
     /// Adds a follower: after each successful EC2 change it is brought in line with the model

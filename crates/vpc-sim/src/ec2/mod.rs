@@ -53,6 +53,10 @@ async fn state(State(sim): State<Arc<Sim>>) -> Response {
 async fn handle(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
     let params = Params::parse(&body);
     let action = params.get("Action").unwrap_or("-").to_string();
+    if action == "AttachNetworkInterface" && sim.attach_latency_ms() > 0 {
+        // Before the model is locked: other calls go on meanwhile, as on EC2.
+        tokio::time::sleep(std::time::Duration::from_millis(sim.attach_latency_ms())).await;
+    }
     let (request_id, result) = if sim.follower().is_some() {
         // The follower runs commands (the fabric's `ip`): off the async workers.
         let s = sim.clone();
