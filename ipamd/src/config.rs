@@ -90,10 +90,18 @@ pub struct Config {
     /// `IPAMD_RECONCILE_INTERVAL` (ours, seconds): how often the ENIs IMDS shows are compared
     /// with the pool (the Go CNI: about every 60 s).
     pub reconcile_interval: Duration,
+    /// `IPAMD_ADD_WAIT` (ours, milliseconds): how long an ADD that finds no address waits for
+    /// the pool to grow before answering "try again later".
+    pub add_wait: Duration,
+    /// `IPAMD_LEAKED_ENI_CLEANUP_INTERVAL` (ours, seconds; the Go CNI: an hour).
+    pub leaked_eni_cleanup_interval: Duration,
     /// `CLUSTER_NAME`.
     pub cluster_name: Option<String>,
-    /// `ADDITIONAL_ENI_TAGS` (a JSON object of strings).
+    /// `ADDITIONAL_ENI_TAGS` (a JSON object of strings), reserved keys removed.
     pub additional_eni_tags: Vec<(String, String)>,
+    /// Keys of `ADDITIONAL_ENI_TAGS` dropped because they contain `k8s.amazonaws.com` (the Go
+    /// CNI drops them too; ipamd warns).
+    pub dropped_eni_tags: Vec<String>,
     /// `AWS_EC2_ENDPOINT`.
     pub ec2_endpoint: Option<String>,
     /// `HTTP_TIMEOUT` (seconds; values under 10 are raised to 10 as the Go CNI does).
@@ -117,17 +125,10 @@ pub struct Config {
 /// Variables that parse and validate but that this build does not act on yet; ipamd warns when
 /// one is set so nobody believes it took effect.
 pub const NOT_YET_EFFECTIVE: &[&str] = &[
-    "WARM_IP_TARGET",
-    "MINIMUM_IP_TARGET",
-    "WARM_PREFIX_TARGET",
-    "ENABLE_PREFIX_DELEGATION",
-    "CLUSTER_NAME",
-    "ADDITIONAL_ENI_TAGS",
     "INTROSPECTION_BIND_ADDRESS",
     "DISABLE_INTROSPECTION",
     "METRICS_BIND_ADDRESS",
     "DISABLE_METRICS",
-    "DISABLE_LEAKED_ENI_CLEANUP",
 ];
 
 fn bad(var: &'static str, value: &str, problem: impl Into<String>) -> ConfigError {
@@ -295,6 +296,14 @@ impl Config {
                 "must be at least 1 second",
             ));
         }
+        let leak_secs = env.uint("IPAMD_LEAKED_ENI_CLEANUP_INTERVAL", 3600)?;
+        if leak_secs == 0 {
+            return Err(bad(
+                "IPAMD_LEAKED_ENI_CLEANUP_INTERVAL",
+                "0",
+                "must be at least 1 second",
+            ));
+        }
 
         let additional_eni_tags = match env.raw("ADDITIONAL_ENI_TAGS") {
             None => Vec::new(),
@@ -346,8 +355,19 @@ impl Config {
             node_port_support: env.boolean("AWS_VPC_CNI_NODE_PORT_SUPPORT", true)?,
             connmark,
             reconcile_interval: Duration::from_secs(reconcile_secs.into()),
+            add_wait: Duration::from_millis(env.uint("IPAMD_ADD_WAIT", 5000)?.into()),
+            leaked_eni_cleanup_interval: Duration::from_secs(leak_secs.into()),
             cluster_name: env.raw("CLUSTER_NAME"),
-            additional_eni_tags,
+            additional_eni_tags: additional_eni_tags
+                .iter()
+                .filter(|(k, _)| !k.contains(RESERVED_TAG_PART))
+                .cloned()
+                .collect(),
+            dropped_eni_tags: additional_eni_tags
+                .into_iter()
+                .filter(|(k, _)| k.contains(RESERVED_TAG_PART))
+                .map(|(k, _)| k)
+                .collect(),
             ec2_endpoint: env.raw("AWS_EC2_ENDPOINT"),
             http_timeout: Duration::from_secs(env.uint("HTTP_TIMEOUT", 10)?.max(10).into()),
             introspection_bind: env.bind("INTROSPECTION_BIND_ADDRESS", "127.0.0.1:61679")?,
@@ -360,6 +380,9 @@ impl Config {
         })
     }
 }
+
+/// Tag keys containing this are ipamd's own (instance id, creation time).
+const RESERVED_TAG_PART: &str = "k8s.amazonaws.com";
 
 fn parse_tags(v: &str) -> Result<Vec<(String, String)>, String> {
     let map: serde_json::Map<String, serde_json::Value> =
@@ -430,7 +453,11 @@ mod tests {
                 "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS",
                 "10.1.0.0/16, 192.168.0.0/24",
             ),
-            ("ADDITIONAL_ENI_TAGS", r#"{"team":"net"}"#),
+            (
+                "ADDITIONAL_ENI_TAGS",
+                r#"{"team":"net","node.k8s.amazonaws.com/instance_id":"x"}"#,
+            ),
+            ("IPAMD_ADD_WAIT", "250"),
             ("INTROSPECTION_BIND_ADDRESS", "unix:/run/x.sock"),
             ("AWS_VPC_K8S_CNI_LOG_FILE", "stderr"),
             ("HTTP_TIMEOUT", "3"),
@@ -453,6 +480,11 @@ mod tests {
         assert!(c.prefix_delegation);
         assert_eq!(c.exclude_snat_cidrs.len(), 2);
         assert_eq!(c.additional_eni_tags, vec![("team".into(), "net".into())]);
+        assert_eq!(
+            c.dropped_eni_tags,
+            vec!["node.k8s.amazonaws.com/instance_id".to_string()]
+        );
+        assert_eq!(c.add_wait, Duration::from_millis(250));
         assert_eq!(
             c.introspection_bind,
             BindAddress::Unix("/run/x.sock".into())
@@ -479,6 +511,8 @@ mod tests {
             ("AWS_VPC_K8S_CNI_CONNMARK", "0xzz"),
             ("AWS_VPC_CNI_NODE_PORT_SUPPORT", "maybe"),
             ("IPAMD_RECONCILE_INTERVAL", "0"),
+            ("IPAMD_LEAKED_ENI_CLEANUP_INTERVAL", "0"),
+            ("IPAMD_ADD_WAIT", "soon"),
             ("METRICS_BIND_ADDRESS", "unix:"),
             ("AWS_VPC_K8S_CNI_LOGLEVEL", "loud"),
             ("IPAMD_SOCKET", "relative.sock"),

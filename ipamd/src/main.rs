@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use cloud::aws::{AwsEc2, AwsImds, Ec2Settings};
+use cloud::throttle::{ThrottlePolicy, Throttled};
 use ipamd::clock::SystemClock;
 use ipamd::config::{Config, NOT_YET_EFFECTIVE};
 use ipamd::host::NetlinkHost;
@@ -71,6 +72,11 @@ fn run() -> anyhow::Result<ExitCode> {
     let config = Config::from_env(|k| std::env::var(k).ok()).context("invalid configuration")?;
     logging::init(&config).context("setting up logging")?;
     info!("Starting vpc-cni ipamd {} ...", env!("CARGO_PKG_VERSION"));
+    for key in &config.dropped_eni_tags {
+        warn!(
+            "ADDITIONAL_ENI_TAGS: tag {key:?} is reserved (contains k8s.amazonaws.com) and is not applied"
+        );
+    }
     for var in NOT_YET_EFFECTIVE {
         if std::env::var(var).is_ok_and(|v| !v.trim().is_empty()) {
             warn!("{var} is set but has no effect in this version yet");
@@ -97,12 +103,15 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
         instance = %identity.instance_id, region = %identity.region,
         eni = %identity.primary_eni.eni_id, ip = %identity.primary_ip, "node identity from IMDS"
     );
-    let ec2 = AwsEc2::connect(&Ec2Settings {
-        region: identity.region.clone(),
-        endpoint: config.ec2_endpoint.clone(),
-        attempt_timeout: config.http_timeout,
-    })
-    .await;
+    let ec2 = Throttled::new(
+        AwsEc2::connect(&Ec2Settings {
+            region: identity.region.clone(),
+            endpoint: config.ec2_endpoint.clone(),
+            attempt_timeout: config.http_timeout,
+        })
+        .await,
+        ThrottlePolicy::default(),
+    );
     let store = Arc::new(SledStore::open(&config.state_dir)?);
     let daemon = Arc::new(
         Daemon::start(
@@ -147,6 +156,28 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
         })
     };
 
+    let leak_cleaner = (!config.disable_leaked_eni_cleanup).then(|| {
+        let daemon = Arc::clone(&daemon);
+        let period = config.leaked_eni_cleanup_interval;
+        tokio::spawn(async move {
+            // A random start, so nodes launched together do not all list the VPC at once.
+            let spread = period.min(ipamd::daemon::MAX_START_JITTER);
+            let fraction = f64::from(getrandom::u32().unwrap_or(0)) / f64::from(u32::MAX);
+            tokio::time::sleep(spread.mul_f64(fraction)).await;
+            loop {
+                let report = daemon.clean_leaked_enis().await;
+                if report.deleted > 0 {
+                    info!(
+                        deleted = report.deleted,
+                        spared = report.spared,
+                        "leaked-ENI cleanup"
+                    );
+                }
+                tokio::time::sleep(period).await;
+            }
+        })
+    });
+
     let shutdown = async {
         tokio::select! {
             _ = sigterm.recv() => info!("Received SIGTERM, shutting down"),
@@ -156,6 +187,9 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
     server::serve(listener, Arc::clone(&daemon), 0, shutdown).await;
     controller.abort();
     reconciler.abort();
+    if let Some(task) = leak_cleaner {
+        task.abort();
+    }
     daemon.flush().await.context("flushing state at shutdown")?;
     if let Err(e) = std::fs::remove_file(&config.socket) {
         warn!(error = %e, "could not remove the socket");

@@ -309,3 +309,194 @@ async fn a_full_node_names_the_max_eni_limit() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_cold_add_waits_for_the_new_eni_instead_of_failing() {
+    let dir = tempfile::tempdir().unwrap();
+    let ec2 = ec2(6, "10.0.0.0/24");
+    let host = Arc::new(RecordingHost::default());
+    let d = Arc::new(
+        start_with(
+            dir.path(),
+            &ec2,
+            &ManualClock::at(0),
+            "t3.medium",
+            &host,
+            &[("IPAMD_ADD_WAIT", "5000")],
+        )
+        .await
+        .unwrap(),
+    );
+    // Take every address while no controller runs, so the pool is empty and must grow.
+    for n in 1..=5 {
+        allocate(&d, n).await;
+    }
+    assert_eq!(d.pool_snapshot().counts(pool::Timestamp(0)).available, 0);
+    let controller = {
+        let d = Arc::clone(&d);
+        tokio::spawn(async move {
+            loop {
+                d.kicked().await;
+                d.grow().await;
+            }
+        })
+    };
+    let a = allocate(&d, 6).await;
+    assert_eq!(a.device_number, 1, "served from the ENI created for it");
+    controller.abort();
+}
+
+fn leak(ec2: &cloud::fake::FakeEc2, id: &str, description: &str, tags: &[(&str, &str)], ip: u8) {
+    ec2.add_eni(
+        NetworkInterface {
+            id: id.into(),
+            mac: format!("02:00:00:00:01:{ip:02x}"),
+            subnet_id: "subnet-1".into(),
+            vpc_id: "vpc-1".into(),
+            description: description.into(),
+            status: "available".into(),
+            primary_ip: Some(Ipv4Addr::new(10, 0, 0, ip)),
+            tags: tags
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Default::default()
+        },
+        "10.0.0.0/24".parse().unwrap(),
+    );
+}
+
+#[tokio::test]
+async fn leaked_enis_are_deleted_when_old_enough_and_ours() {
+    let dir = tempfile::tempdir().unwrap();
+    let ec2 = ec2(6, "10.0.0.0/24");
+    let ago = |minutes: u64| {
+        humantime::format_rfc3339_seconds(
+            std::time::SystemTime::now() - std::time::Duration::from_secs(minutes * 60),
+        )
+        .to_string()
+    };
+    let (old, young) = (ago(10), ago(1));
+    let ours = "aws-K8S-i-0someothernode";
+    let inst = ("node.k8s.amazonaws.com/instance_id", "i-0someothernode");
+    let cluster = |c: &'static str| ("cluster.k8s.amazonaws.com/name", c);
+    leak(
+        &ec2,
+        "eni-old",
+        ours,
+        &[
+            inst,
+            ("node.k8s.amazonaws.com/createdAt", &old),
+            cluster("prod"),
+        ],
+        200,
+    );
+    leak(
+        &ec2,
+        "eni-young",
+        ours,
+        &[
+            inst,
+            ("node.k8s.amazonaws.com/createdAt", &young),
+            cluster("prod"),
+        ],
+        201,
+    );
+    leak(&ec2, "eni-unstamped", ours, &[inst, cluster("prod")], 202);
+    leak(
+        &ec2,
+        "eni-not-ours",
+        "a load balancer",
+        &[
+            inst,
+            ("node.k8s.amazonaws.com/createdAt", &old),
+            cluster("prod"),
+        ],
+        203,
+    );
+    leak(
+        &ec2,
+        "eni-other-cluster",
+        ours,
+        &[
+            inst,
+            ("node.k8s.amazonaws.com/createdAt", &old),
+            cluster("dev"),
+        ],
+        204,
+    );
+    let host = Arc::new(RecordingHost::default());
+    let d = start_with(
+        dir.path(),
+        &ec2,
+        &ManualClock::at(0),
+        "t3.medium",
+        &host,
+        &[("CLUSTER_NAME", "prod")],
+    )
+    .await
+    .unwrap();
+
+    let report = d.clean_leaked_enis().await;
+    assert_eq!((report.deleted, report.spared), (1, 2), "{report:?}");
+    let left: Vec<String> = ec2.enis().into_iter().map(|e| e.id).collect();
+    assert!(!left.contains(&"eni-old".to_string()));
+    for kept in [
+        "eni-young",
+        "eni-unstamped",
+        "eni-not-ours",
+        "eni-other-cluster",
+        ENI,
+    ] {
+        assert!(left.contains(&kept.to_string()), "{kept} was deleted");
+    }
+    let stamped = ec2.eni("eni-unstamped").unwrap();
+    assert!(
+        stamped
+            .tags
+            .contains_key("node.k8s.amazonaws.com/createdAt"),
+        "stamped for next time"
+    );
+}
+
+#[tokio::test]
+async fn new_enis_carry_the_cluster_and_additional_tags() {
+    let dir = tempfile::tempdir().unwrap();
+    let ec2 = ec2(6, "10.0.0.0/24");
+    let host = Arc::new(RecordingHost::default());
+    let d = start_with(
+        dir.path(),
+        &ec2,
+        &ManualClock::at(0),
+        "t3.medium",
+        &host,
+        &[
+            ("CLUSTER_NAME", "prod"),
+            (
+                "ADDITIONAL_ENI_TAGS",
+                r#"{"team":"net","node.k8s.amazonaws.com/instance_id":"forged"}"#,
+            ),
+        ],
+    )
+    .await
+    .unwrap();
+    allocate(&d, 1).await;
+    d.grow().await;
+    let tags = secondary(&ec2).tags;
+    assert_eq!(
+        tags.get("cluster.k8s.amazonaws.com/name")
+            .map(String::as_str),
+        Some("prod")
+    );
+    assert_eq!(
+        tags.get("eks:eni:owner").map(String::as_str),
+        Some("amazon-vpc-cni")
+    );
+    assert_eq!(tags.get("team").map(String::as_str), Some("net"));
+    assert_eq!(
+        tags.get("node.k8s.amazonaws.com/instance_id")
+            .map(String::as_str),
+        Some(INSTANCE),
+        "a reserved key in ADDITIONAL_ENI_TAGS is not applied"
+    );
+}

@@ -5,8 +5,9 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, SystemTime};
 
 use cloud::{CloudError, CloudErrorKind, CreateEni, Ec2, Imds, NetworkInterface};
+use ipnetwork::Ipv4Network;
 use netops::EniSpec;
-use pool::{Action, EniInfo, StateStore, Timestamp};
+use pool::{Action, EniInfo, Mutation, PlanContext, StateStore, Timestamp};
 use tracing::{debug, error, info, warn};
 
 use super::{Daemon, SUBNET_FULL_PAUSE, lock};
@@ -24,6 +25,10 @@ const LINK_WAIT: Duration = Duration::from_secs(15);
 pub const TAG_INSTANCE_ID: &str = "node.k8s.amazonaws.com/instance_id";
 /// See [`TAG_INSTANCE_ID`].
 pub const TAG_CREATED_AT: &str = "node.k8s.amazonaws.com/createdAt";
+/// The cluster an ENI belongs to (with CLUSTER_NAME).
+pub const TAG_CLUSTER: &str = "cluster.k8s.amazonaws.com/name";
+/// Set with [`TAG_CLUSTER`].
+pub const TAG_OWNER: &str = "eks:eni:owner";
 
 /// The description that marks an ENI as created by vpc-cni (or aws-node) for `instance_id`.
 pub fn eni_description(instance_id: &str) -> String {
@@ -31,29 +36,56 @@ pub fn eni_description(instance_id: &str) -> String {
 }
 
 impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
-    /// One round of the controller: plans and carries out what the pool needs from EC2.
+    /// The plan for now.
+    pub(super) fn current_plan(&self, now: Timestamp) -> pool::Plan {
+        let ctx = PlanContext {
+            now,
+            last_release: lock(&self.growth).last_release,
+        };
+        pool::plan(&lock(&self.pool), &self.limits(), &self.node.targets, ctx)
+    }
+
+    /// One round of the controller: plans and carries out what the pool needs from EC2,
+    /// planning again after each growth step (the plan holds one at a time).
     pub async fn grow(&self) {
         let _ec2_ops = self.ec2_ops.lock().await;
         for _ in 0..ACTIONS_PER_ROUND {
             let now = self.clock.now();
-            let paused_until = lock(&self.growth).paused_until;
-            if let Some(until) = paused_until.filter(|u| now < *u) {
-                debug!(resume_in = ?now.until(until), "pool growth paused");
-                return;
-            }
-            let plan = pool::plan(&lock(&self.pool), &self.limits(), &self.node.targets, now);
+            let plan = self.current_plan(now);
             lock(&self.growth).blocked = plan.blocked;
             if let Some(blocked) = plan.blocked {
                 debug!("pool below target but cannot grow: {blocked}");
             }
-            let Some(action) = plan.actions.into_iter().next() else {
-                return;
-            };
-            let done = match action {
-                Action::AssignIps { eni_id, count } => self.assign_ips(&eni_id, count).await,
-                Action::CreateEni { ips } => self.create_eni(ips).await,
-            };
-            if !done {
+            let paused_until = lock(&self.growth).paused_until;
+            let paused = paused_until.is_some_and(|u| now < u);
+            let mut releases = Vec::new();
+            let mut progressed = false;
+            for action in plan.actions {
+                match action {
+                    a if a.is_release() => releases.push(a),
+                    _ if paused => {
+                        debug!("pool growth paused");
+                    }
+                    Action::AssignIps { eni_id, count } => {
+                        progressed = self.assign_ips(&eni_id, count).await;
+                    }
+                    Action::AssignPrefixes { eni_id, count } => {
+                        progressed = self.assign_prefixes(&eni_id, count).await;
+                    }
+                    Action::CreateEni { ips, prefixes } => {
+                        progressed = self.create_eni(ips, prefixes).await;
+                    }
+                    Action::FreeEni { eni_id } => {
+                        progressed = self.free_eni(&eni_id).await;
+                    }
+                    Action::ReleaseIps { .. } | Action::ReleasePrefixes { .. } => {}
+                }
+            }
+            if !releases.is_empty() {
+                self.release(releases, now).await;
+                progressed = true;
+            }
+            if !progressed {
                 return;
             }
         }
@@ -76,7 +108,202 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 .map_err(|e| e.to_string())?;
             self.durable.apply(&muts).map_err(|e| e.to_string())?
         };
-        self.durable.wait(seq).await.map_err(|e| e.to_string())
+        self.durable.wait(seq).await.map_err(|e| e.to_string())?;
+        self.grown.send_modify(|n| *n += 1);
+        Ok(())
+    }
+
+    /// Adds prefixes EC2 delegated to an ENI to the pool (those it holds already are skipped).
+    async fn adopt_prefixes(&self, eni_id: &str, prefixes: &[Ipv4Network]) -> Result<(), String> {
+        let seq = {
+            let mut pool = lock(&self.pool);
+            let held: BTreeSet<Ipv4Network> = pool.prefixes(eni_id).collect();
+            let new: Vec<Ipv4Network> = prefixes
+                .iter()
+                .filter(|p| !held.contains(p))
+                .copied()
+                .collect();
+            if new.is_empty() {
+                return Ok(());
+            }
+            let muts = pool.add_prefixes(eni_id, &new).map_err(|e| e.to_string())?;
+            self.durable.apply(&muts).map_err(|e| e.to_string())?
+        };
+        self.durable.wait(seq).await.map_err(|e| e.to_string())?;
+        self.grown.send_modify(|n| *n += 1);
+        Ok(())
+    }
+
+    async fn assign_prefixes(&self, eni_id: &str, count: u32) -> bool {
+        match self.ec2.assign_ipv4_prefixes(eni_id, count).await {
+            Ok(prefixes) => match self.adopt_prefixes(eni_id, &prefixes).await {
+                Ok(()) => {
+                    self.growth_succeeded();
+                    self.log_pool_stats();
+                    true
+                }
+                Err(e) => {
+                    error!(eni = eni_id, error = %e, "EC2 delegated prefixes the pool could not keep");
+                    false
+                }
+            },
+            Err(e) => {
+                self.growth_failed(&format!("delegating prefixes to {eni_id}"), e);
+                false
+            }
+        }
+    }
+
+    /// Gives addresses and prefixes above target back to EC2. Each leaves the pool first (and
+    /// is skipped if an ADD took it since the plan), so nothing a pod holds is ever released.
+    async fn release(&self, actions: Vec<Action>, now: Timestamp) {
+        lock(&self.growth).last_release = Some(now);
+        for action in actions {
+            match action {
+                Action::ReleaseIps { eni_id, ips } => {
+                    let gone = self
+                        .take_from_pool(ips, |pool, ip| {
+                            pool.remove_address(ip, false).map(|(_, m)| m)
+                        })
+                        .await;
+                    if gone.is_empty() {
+                        continue;
+                    }
+                    match self.ec2.unassign_private_ips(&eni_id, &gone).await {
+                        Ok(()) => {
+                            info!(eni = %eni_id, count = gone.len(), "released addresses above target")
+                        }
+                        // Still on the ENI in EC2: the next reconciliation adopts them again.
+                        Err(e) => {
+                            warn!(eni = %eni_id, error = %e, "UnassignPrivateIpAddresses failed")
+                        }
+                    }
+                }
+                Action::ReleasePrefixes { eni_id, prefixes } => {
+                    let gone = self
+                        .take_from_pool(prefixes, |pool, p| {
+                            pool.remove_prefix(p, false).map(|(_, m)| m)
+                        })
+                        .await;
+                    if gone.is_empty() {
+                        continue;
+                    }
+                    match self.ec2.unassign_ipv4_prefixes(&eni_id, &gone).await {
+                        Ok(()) => {
+                            info!(eni = %eni_id, count = gone.len(), "released prefixes above target")
+                        }
+                        Err(e) => warn!(eni = %eni_id, error = %e, "unassigning prefixes failed"),
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.log_pool_stats();
+    }
+
+    /// Removes each item the pool still lets go of (not assigned, not cooling) and persists
+    /// that; returns the ones removed.
+    async fn take_from_pool<T: Copy + std::fmt::Display>(
+        &self,
+        items: Vec<T>,
+        remove: impl Fn(&mut pool::Pool, T) -> Result<Vec<Mutation>, pool::PoolError>,
+    ) -> Vec<T> {
+        let (gone, seq) = {
+            let mut pool = lock(&self.pool);
+            let mut gone = Vec::new();
+            let mut muts = Vec::new();
+            for item in items {
+                match remove(&mut pool, item) {
+                    Ok(m) => {
+                        gone.push(item);
+                        muts.extend(m);
+                    }
+                    Err(e) => debug!(%item, error = %e, "not releasing: taken since the plan"),
+                }
+            }
+            match self.durable.apply(&muts) {
+                Ok(seq) => (gone, seq),
+                Err(e) => {
+                    error!(error = %e, "could not persist a release; keeping the addresses");
+                    return Vec::new();
+                }
+            }
+        };
+        if let Err(e) = self.durable.wait(seq).await {
+            error!(error = %e, "could not persist a release");
+        }
+        gone
+    }
+
+    /// Frees an ENI that holds nothing for pods: out of the pool, its table and rules off the
+    /// node, detached, deleted.
+    async fn free_eni(&self, eni_id: &str) -> bool {
+        let (info, seq) = {
+            let mut pool = lock(&self.pool);
+            let Some(info) = pool.eni(eni_id).cloned() else {
+                return false;
+            };
+            match pool.remove_eni(eni_id, false) {
+                Ok((_, muts)) => match self.durable.apply(&muts) {
+                    Ok(seq) => (info, seq),
+                    Err(e) => {
+                        error!(eni = eni_id, error = %e, "could not persist freeing an ENI");
+                        return false;
+                    }
+                },
+                Err(e) => {
+                    debug!(eni = eni_id, error = %e, "not freeing: in use since the plan");
+                    return false;
+                }
+            }
+        };
+        if let Err(e) = self.durable.wait(seq).await {
+            error!(eni = eni_id, error = %e, "could not persist freeing an ENI");
+        }
+        match self
+            .host
+            .teardown_eni(info.device_number, info.primary_ip)
+            .await
+        {
+            Ok(changes) => super::log_changes(&format!("teardown of ENI {eni_id}"), &changes),
+            Err(e) => error!(eni = eni_id, error = %e, "removing the ENI's table and rules failed"),
+        }
+        let attachment = match self
+            .ec2
+            .describe_network_interfaces(&[eni_id.to_string()])
+            .await
+        {
+            Ok(enis) => enis.into_iter().find_map(|e| e.attachment.map(|a| a.id)),
+            Err(e) if e.kind == CloudErrorKind::NotFound => None,
+            Err(e) => {
+                warn!(eni = eni_id, error = %e, "could not look the ENI up to detach it; reconciliation will retry");
+                return true;
+            }
+        };
+        if let Some(attachment) = attachment
+            && let Err(e) = self.ec2.detach_network_interface(&attachment).await
+        {
+            warn!(eni = eni_id, error = %e, "detaching failed; reconciliation will adopt it again");
+            return true;
+        }
+        // Detaching takes EC2 a moment; deleting too early answers InUse.
+        let mut pause = Duration::from_millis(200);
+        for attempt in 1..=8 {
+            match self.ec2.delete_network_interface(eni_id).await {
+                Ok(()) => break,
+                Err(e) if e.kind == CloudErrorKind::NotFound => break,
+                Err(e) if attempt == 8 => {
+                    warn!(eni = eni_id, error = %e, "could not delete the detached ENI; leaked-ENI cleanup will");
+                }
+                Err(_) => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+        info!(eni = eni_id, device = info.device_number, "freed ENI");
+        self.log_pool_stats();
+        true
     }
 
     async fn assign_ips(&self, eni_id: &str, count: u32) -> bool {
@@ -101,7 +328,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// Creates an ENI with `ips` secondary addresses, attaches it at the lowest free device
     /// index, makes it go with the instance, configures its link, table and rule, and only
     /// then offers its addresses to pods.
-    async fn create_eni(&self, ips: u32) -> bool {
+    async fn create_eni(&self, ips: u32, prefixes: u32) -> bool {
         let id = &self.node.identity;
         let created_at = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
         let request = CreateEni {
@@ -109,10 +336,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             description: eni_description(&id.instance_id),
             security_groups: lock(&self.security_groups).clone(),
             secondary_ips: ips,
-            tags: BTreeMap::from([
-                (TAG_INSTANCE_ID.to_string(), id.instance_id.clone()),
-                (TAG_CREATED_AT.to_string(), created_at),
-            ]),
+            ipv4_prefixes: prefixes,
+            tags: self.eni_tags(created_at),
         };
         let eni = match self.ec2.create_network_interface(&request).await {
             Ok(eni) => eni,
@@ -154,7 +379,10 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             self.growth_failed(&format!("setting DeleteOnTermination on {}", eni.id), e);
             return false;
         }
-        info!(eni = %eni.id, device, ips = eni.secondary_ips.len(), "created and attached ENI");
+        info!(
+            eni = %eni.id, device, ips = eni.secondary_ips.len(), prefixes = eni.prefixes.len(),
+            "created and attached ENI"
+        );
         match self
             .configure_eni(&eni, device, self.node.identity.primary_eni.subnet_cidr)
             .await
@@ -174,6 +402,26 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 false
             }
         }
+    }
+
+    /// The tags of a new ENI, as the Go CNI sets them: instance, creation time, the cluster's
+    /// tags when CLUSTER_NAME is set, then ADDITIONAL_ENI_TAGS (reserved keys already removed).
+    fn eni_tags(&self, created_at: String) -> BTreeMap<String, String> {
+        let mut tags = BTreeMap::from([
+            (
+                TAG_INSTANCE_ID.to_string(),
+                self.node.identity.instance_id.clone(),
+            ),
+            (TAG_CREATED_AT.to_string(), created_at),
+        ]);
+        if let Some(cluster) = &self.node.cluster_name {
+            tags.insert(TAG_CLUSTER.to_string(), cluster.clone());
+            tags.insert(TAG_OWNER.to_string(), "amazon-vpc-cni".to_string());
+        }
+        for (k, v) in &self.node.extra_tags {
+            tags.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        tags
     }
 
     /// Sets up an attached ENI on the node (waiting for its link to appear) and adds it and
@@ -309,8 +557,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 now.until(until).as_secs()
             ));
         }
-        let plan = pool::plan(&lock(&self.pool), &self.limits(), &self.node.targets, now);
-        match plan.blocked {
+        match self.current_plan(now).blocked {
             Some(blocked) => Err(blocked.to_string()),
             None => Ok(()),
         }

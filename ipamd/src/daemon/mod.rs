@@ -3,8 +3,11 @@
 //! submodules.
 
 mod grow;
+mod leaks;
 mod reconcile;
 mod requests;
+
+pub use leaks::{LeakReport, MAX_START_JITTER, MIN_LEAK_AGE};
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -71,6 +74,12 @@ pub struct Node {
     pub targets: Targets,
     /// MAX_ENI.
     pub max_eni: Option<u32>,
+    /// CLUSTER_NAME: tags new ENIs and scopes leaked-ENI cleanup.
+    pub cluster_name: Option<String>,
+    /// ADDITIONAL_ENI_TAGS.
+    pub extra_tags: Vec<(String, String)>,
+    /// How long an ADD that finds no address waits for the pool to grow.
+    pub add_wait: Duration,
 }
 
 /// Why the pool is not growing, for STATUS and the CNI error of an ADD that found no address.
@@ -79,6 +88,8 @@ struct Growth {
     paused_until: Option<Timestamp>,
     last_error: Option<String>,
     blocked: Option<Blocked>,
+    /// When addresses were last given back (releases happen at most every 30 s).
+    last_release: Option<Timestamp>,
 }
 
 /// The running daemon, generic over its seams: EC2, IMDS, the node's network and the store.
@@ -100,6 +111,8 @@ pub struct Daemon<E, I, H, S> {
     /// Growth and reconciliation both change ENIs through EC2: one at a time.
     ec2_ops: tokio::sync::Mutex<()>,
     kick: Notify,
+    /// Bumped whenever addresses join the pool: ADDs waiting for growth watch it.
+    grown: tokio::sync::watch::Sender<u64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -183,6 +196,23 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         for issue in &issues {
             warn!(?issue, "stored state repaired");
         }
+        // Prefix delegation needs Nitro or bare metal; elsewhere the Go CNI warns and falls back
+        // to secondary addresses, and so do we.
+        let prefix_delegation = config.prefix_delegation && instance.supports_prefix_delegation();
+        if config.prefix_delegation && !prefix_delegation {
+            warn!(
+                instance_type = %identity.instance_type,
+                "ENABLE_PREFIX_DELEGATION needs a Nitro or bare-metal instance; using secondary addresses"
+            );
+        }
+        let targets = Targets {
+            warm_eni: config.warm_eni_target,
+            warm_ip: config.warm_ip_target,
+            minimum_ip: config.minimum_ip_target,
+            warm_prefix: config.warm_prefix_target,
+            prefix_delegation,
+        };
+        info!(mode = ?targets.mode(), ?targets, "pool targets");
         let net = NodeNet {
             primary_mac: identity.primary_eni.mac.clone(),
             primary_ip: identity.primary_ip,
@@ -204,10 +234,11 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 identity,
                 instance,
                 net,
-                targets: Targets {
-                    warm_eni: config.warm_eni_target,
-                },
+                targets,
                 max_eni: config.max_eni,
+                cluster_name: config.cluster_name.clone(),
+                extra_tags: config.additional_eni_tags.clone(),
+                add_wait: config.add_wait,
             },
             limits: Mutex::new(limits),
             security_groups: Mutex::new(Vec::new()),
@@ -217,6 +248,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             growth: Mutex::new(Growth::default()),
             ec2_ops: tokio::sync::Mutex::new(()),
             kick: Notify::new(),
+            grown: tokio::sync::watch::Sender::new(0),
         };
         let seq = daemon.durable.apply(&fixes)?;
         daemon.durable.wait(seq).await?;

@@ -1,10 +1,11 @@
 //! Reconciliation: the pool and the node's network against what EC2 says the instance holds.
 //! Cheap when nothing changed (IMDS only); EC2 is asked, and is the truth, on any mismatch.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
 use cloud::{CloudError, Ec2, Imds, NetworkInterface};
+use ipnetwork::Ipv4Network;
 use pool::{EniInfo, Mutation, StateStore};
 use tracing::{debug, error, info, warn};
 
@@ -26,19 +27,17 @@ fn is_ours(eni: &NetworkInterface, instance_id: &str) -> bool {
 }
 
 impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
-    /// The periodic check: the ENI ids IMDS lists against the pool's and the unmanaged ones
-    /// last seen; EC2 is asked only when they differ.
+    /// The periodic check: the ENIs IMDS lists, with their addresses and prefixes, against
+    /// the pool's (and the unmanaged ENIs last seen); EC2 is asked only when they differ.
     pub async fn reconcile(&self) {
-        match self.imds_eni_ids().await {
+        match self.imds_view().await {
             Ok(imds) => {
-                let mut known: BTreeSet<String> =
-                    lock(&self.pool).enis().map(|e| e.id.clone()).collect();
-                known.extend(lock(&self.unmanaged).iter().cloned());
+                let known = self.pool_view();
                 if imds == known {
                     debug!(enis = imds.len(), "IMDS agrees with the pool");
                     return;
                 }
-                info!(?imds, pool = ?known, "IMDS and the pool disagree about the ENIs; asking EC2");
+                info!(?imds, pool = ?known, "IMDS and the pool disagree; asking EC2");
             }
             Err(e) => warn!(error = %e, "reading ENIs from IMDS failed; asking EC2"),
         }
@@ -47,19 +46,71 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         }
     }
 
-    async fn imds_eni_ids(&self) -> Result<BTreeSet<String>, CloudError> {
+    /// ENI id -> (secondary /32s, prefixes), as IMDS shows them. Unmanaged ENIs are listed
+    /// without addresses: only their presence matters.
+    async fn imds_view(&self) -> Result<View, CloudError> {
         let macs = self.imds.get(MACS).await?.unwrap_or_default();
-        let mut ids = BTreeSet::new();
+        let unmanaged = lock(&self.unmanaged).clone();
+        let mut view = View::new();
         for mac in macs
             .lines()
             .map(|l| l.trim().trim_end_matches('/'))
             .filter(|l| !l.is_empty())
         {
-            if let Some(id) = self.imds.get(&format!("{MACS}{mac}/interface-id")).await? {
-                ids.insert(id.trim().to_string());
+            let base = format!("{MACS}{mac}");
+            let Some(id) = self.imds.get(&format!("{base}/interface-id")).await? else {
+                continue;
+            };
+            let id = id.trim().to_string();
+            if unmanaged.contains(&id) {
+                view.insert(id, Default::default());
+                continue;
             }
+            let ips = self
+                .imds
+                .get(&format!("{base}/local-ipv4s"))
+                .await?
+                .unwrap_or_default();
+            let prefixes = self
+                .imds
+                .get(&format!("{base}/ipv4-prefix"))
+                .await?
+                .unwrap_or_default();
+            view.insert(
+                id,
+                (
+                    // IMDS lists the ENI's own address first.
+                    ips.lines()
+                        .skip(1)
+                        .filter_map(|l| l.trim().parse().ok())
+                        .collect(),
+                    prefixes
+                        .lines()
+                        .filter_map(|l| l.trim().parse().ok())
+                        .collect(),
+                ),
+            );
         }
-        Ok(ids)
+        Ok(view)
+    }
+
+    fn pool_view(&self) -> View {
+        let pool = lock(&self.pool);
+        let mut view: View = pool
+            .enis()
+            .map(|e| {
+                let ips = pool
+                    .addresses(&e.id)
+                    .filter(|(_, slot)| slot.prefix.is_none())
+                    .map(|(ip, _)| ip)
+                    .collect();
+                (e.id.clone(), (ips, pool.prefixes(&e.id).collect()))
+            })
+            .collect();
+        for id in lock(&self.unmanaged).iter() {
+            view.insert(id.clone(), Default::default());
+        }
+        view
     }
 
     /// Makes the pool and the node agree with EC2: ENIs of ours that are attached are set up
@@ -132,7 +183,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             }
             let seq = {
                 let mut pool = lock(&self.pool);
-                let muts = sync_addresses(&mut pool, &eni.id, &eni.secondary_ips);
+                let mut muts = sync_addresses(&mut pool, &eni.id, &eni.secondary_ips);
+                muts.extend(sync_prefixes(&mut pool, &eni.id, &eni.prefixes));
                 self.durable.apply(&muts)?
             };
             self.durable.wait(seq).await?;
@@ -193,10 +245,50 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     }
 }
 
-/// Mutations making the pool's addresses on `eni_id` equal to `ec2_ips`.
+/// ENI id -> its secondary /32s and its prefixes.
+type View = BTreeMap<String, (BTreeSet<Ipv4Addr>, BTreeSet<Ipv4Network>)>;
+
+/// Mutations making the pool's prefixes on `eni_id` equal to `ec2_prefixes`.
+fn sync_prefixes(
+    pool: &mut pool::Pool,
+    eni_id: &str,
+    ec2_prefixes: &[Ipv4Network],
+) -> Vec<Mutation> {
+    let ec2: BTreeSet<Ipv4Network> = ec2_prefixes.iter().copied().collect();
+    let held: BTreeSet<Ipv4Network> = pool.prefixes(eni_id).collect();
+    let mut muts = Vec::new();
+    for prefix in held.difference(&ec2) {
+        if let Ok((taken, m)) = pool.remove_prefix(*prefix, true) {
+            for a in taken {
+                error!(ip = %a.ip, %prefix, eni = eni_id, attachment = %a.key, "prefix of a live attachment is no longer on its ENI in EC2; dropped");
+            }
+            muts.extend(m);
+        }
+    }
+    let missing: Vec<Ipv4Network> = ec2.difference(&held).copied().collect();
+    if !missing.is_empty() {
+        info!(
+            count = missing.len(),
+            eni = eni_id,
+            "adopted prefixes EC2 holds on the ENI"
+        );
+        match pool.add_prefixes(eni_id, &missing) {
+            Ok(m) => muts.extend(m),
+            Err(e) => warn!(eni = eni_id, error = %e, "could not adopt prefixes"),
+        }
+    }
+    muts
+}
+
+/// Mutations making the pool's secondary /32s on `eni_id` equal to `ec2_ips` (addresses of
+/// prefixes are the prefixes' business).
 fn sync_addresses(pool: &mut pool::Pool, eni_id: &str, ec2_ips: &[Ipv4Addr]) -> Vec<Mutation> {
     let ec2: BTreeSet<Ipv4Addr> = ec2_ips.iter().copied().collect();
-    let held: BTreeSet<Ipv4Addr> = pool.addresses(eni_id).map(|(ip, _)| ip).collect();
+    let held: BTreeSet<Ipv4Addr> = pool
+        .addresses(eni_id)
+        .filter(|(_, slot)| slot.prefix.is_none())
+        .map(|(ip, _)| ip)
+        .collect();
     let mut muts = Vec::new();
     for ip in held.difference(&ec2) {
         if let Ok((taken, m)) = pool.remove_address(*ip, true) {

@@ -32,29 +32,57 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         self.durable.wait(seq).await.map_err(internal)
     }
 
+    /// Assigns under the pool lock and applies the change to the store; returns the
+    /// allocation, whether the attachment held it already, and the batch to wait for.
+    fn assign_now(
+        &self,
+        key: &pool::AttachmentKey,
+        pod: &pool::PodInfo,
+        now: Timestamp,
+    ) -> Result<Result<(pool::Allocated, bool, u64), AssignError>, DaemonError> {
+        let mut pool = lock(&self.pool);
+        let existing = pool.get(key).is_some();
+        match pool.assign(key, pod, now) {
+            Ok((allocated, muts)) => match self.durable.apply(&muts) {
+                Ok(seq) => Ok(Ok((allocated, existing, seq))),
+                Err(e) => {
+                    // Nothing reached the store: take the assignment back.
+                    if !existing {
+                        pool.unassign_unused(key);
+                    }
+                    Err(internal(e))
+                }
+            },
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
+    /// ADD. With no address free but the pool able to grow, the ADD waits (up to
+    /// `IPAMD_ADD_WAIT`) for the addresses the controller is getting, instead of sending the
+    /// runtime away to retry: that is what keeps a pod on a cold node out of ContainerCreating.
     async fn add(&self, r: proto::AddRequest) -> Result<Reply, DaemonError> {
         let key = convert::key(&r.key);
-        let now = self.clock.now();
-        let outcome = {
-            let mut pool = lock(&self.pool);
-            let existing = pool.get(&key).is_some();
-            match pool.assign(&key, &convert::pod(&r.pod, &r.netns), now) {
-                Ok((allocated, muts)) => match self.durable.apply(&muts) {
-                    Ok(seq) => Ok((allocated, existing, seq)),
-                    Err(e) => {
-                        // Nothing reached the store: take the assignment back.
-                        if !existing {
-                            pool.unassign_unused(&key);
-                        }
-                        return Err(internal(e));
+        let pod = convert::pod(&r.pod, &r.netns);
+        let deadline = tokio::time::Instant::now() + self.node.add_wait;
+        // Subscribed before the first attempt, so growth in between is not missed.
+        let mut grown = self.grown.subscribe();
+        let (allocated, existing, seq) = loop {
+            let now = self.clock.now();
+            match self.assign_now(&key, &pod, now)? {
+                Ok(done) => break done,
+                Err(e) => {
+                    self.kick.notify_one();
+                    if self.can_grow(now).is_err() {
+                        return Err(self.no_address(&key, e, now));
                     }
-                },
-                Err(e) => Err(e),
+                    match tokio::time::timeout_at(deadline, grown.changed()).await {
+                        Ok(Ok(())) => {
+                            debug!(attachment = %key, "addresses arrived; assigning again")
+                        }
+                        _ => return Err(self.no_address(&key, e, self.clock.now())),
+                    }
+                }
             }
-        };
-        let (allocated, existing, seq) = match outcome {
-            Ok(ok) => ok,
-            Err(e) => return Err(self.no_address(&key, e, now)),
         };
         if let Err(e) = self.persist(seq).await {
             if !existing {
@@ -103,6 +131,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             }
         };
         self.persist(seq).await?;
+        // The pool may now be above its target: let the controller look.
+        self.kick.notify_one();
         match &released {
             Some(rel) => info!(
                 attachment = %key, ip = %rel.allocation.ip, reason = ?r.reason,

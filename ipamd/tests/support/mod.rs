@@ -47,6 +47,8 @@ pub fn config(state_dir: &Path, env: &[(&str, &str)]) -> Config {
             state_dir.join("ipamd.sock").display().to_string(),
         ),
         ("AWS_VPC_K8S_CNI_LOG_FILE", "stderr".to_string()),
+        // No controller runs in these tests unless one is started: do not wait long for it.
+        ("IPAMD_ADD_WAIT", "100".to_string()),
     ]
     .into();
     vars.extend(env.iter().map(|(k, v)| (*k, v.to_string())));
