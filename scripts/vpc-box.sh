@@ -3,7 +3,7 @@
 #
 #   vpc-box.sh up --name NAME [--nodes N] [--instance-type TYPE] [--ipamd-env KEY=VALUE]...
 #                 [--subnet CIDR]... [--imds-lag-ms MS] [--extra-instance-type NAME:ENIS:IPV4]...
-#                 [--outside-ip IP]
+#                 [--outside-ip IP] [--attach-latency-ms MS]
 #       Starts everything, returns once every ipamd is ready, prints one JSON object on stdout.
 #   vpc-box.sh down --name NAME
 #       Stops and removes everything `up` made.
@@ -143,7 +143,7 @@ while [ $# -gt 0 ]; do
     --ipamd-env)
       [[ "$2" == *=* ]] || die "--ipamd-env takes KEY=VALUE, got '$2'"
       rest+=(--ipamd-env "$2"); shift 2;;
-    --subnet|--imds-lag-ms|--extra-instance-type|--outside-ip) rest+=(--sim "$1" "$2"); shift 2;;
+    --subnet|--imds-lag-ms|--extra-instance-type|--outside-ip|--attach-latency-ms) rest+=(--sim "$1" "$2"); shift 2;;
     --node) node=$2; shift 2;;
     --kill) kill_sig=KILL; shift;;
     -h|--help) usage;;

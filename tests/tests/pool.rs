@@ -1,0 +1,315 @@
+//! The warm-pool brain end to end: ENI and address counts per target on m5.large and
+//! t3.medium (the Go CNI's integration list), scale up and back down, a cold ADD, subnet
+//! exhaustion, leaked ENIs and ENIs attached behind ipamd's back.
+
+mod common;
+
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use common::*;
+use e2e::{Pod, VpcBox, conf, require_root};
+use serde_json::{Value, json};
+
+/// ENIs attached to node 1, their secondary /32s and their /28 prefixes, per vpc-sim.
+fn counts(vbox: &VpcBox) -> (usize, usize, usize) {
+    let instance = vbox.node(1).instance_id.clone();
+    let state = vbox.sim_state();
+    let enis: Vec<&Value> = state["enis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["attachment"]["instance_id"] == instance.as_str())
+        .collect();
+    let len = |e: &Value, k: &str| e[k].as_array().map_or(0, Vec::len);
+    (
+        enis.len(),
+        enis.iter().map(|e| len(e, "secondary_ips")).sum(),
+        enis.iter().map(|e| len(e, "prefixes")).sum(),
+    )
+}
+
+/// The counts once they hold still for a few seconds (growth runs in the background).
+fn settled(vbox: &VpcBox) -> (usize, usize, usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = counts(vbox);
+    loop {
+        sleep(Duration::from_secs(2));
+        let now = counts(vbox);
+        if now == last {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "the pool kept changing: {now:?}");
+        last = now;
+    }
+}
+
+fn scenario(instance: &str, env: &[&str], expected: (usize, usize, usize)) {
+    let mut args = vec!["--instance-type", instance];
+    for e in env {
+        args.extend(["--ipamd-env", e]);
+    }
+    let vbox = VpcBox::up(&args);
+    assert_eq!(
+        settled(&vbox),
+        expected,
+        "{instance} {env:?}: (ENIs, /32s, /28s)"
+    );
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn m5_large_targets_give_the_go_cnis_counts() {
+    require_root();
+    // m5.large: 3 ENIs x 10 IPv4 (9 secondaries each).
+    for (env, expected) in [
+        (&[][..], (1, 9, 0)),
+        (&["WARM_ENI_TARGET=2"][..], (2, 18, 0)),
+        (&["WARM_ENI_TARGET=3"][..], (3, 27, 0)),
+        (&["WARM_ENI_TARGET=3", "MAX_ENI=2"][..], (2, 18, 0)),
+        (&["WARM_IP_TARGET=2"][..], (1, 2, 0)),
+        (&["WARM_IP_TARGET=16"][..], (2, 16, 0)),
+        (&["MINIMUM_IP_TARGET=2"][..], (1, 2, 0)),
+        (&["MINIMUM_IP_TARGET=16"][..], (2, 16, 0)),
+        (
+            &["MINIMUM_IP_TARGET=6", "WARM_IP_TARGET=10"][..],
+            (2, 10, 0),
+        ),
+        (
+            &["ENABLE_PREFIX_DELEGATION=true", "WARM_PREFIX_TARGET=1"][..],
+            (1, 0, 1),
+        ),
+        (
+            &["ENABLE_PREFIX_DELEGATION=true", "WARM_PREFIX_TARGET=2"][..],
+            (1, 0, 2),
+        ),
+    ] {
+        scenario("m5.large", env, expected);
+    }
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn t3_medium_targets_give_the_go_cnis_counts() {
+    require_root();
+    // t3.medium: 3 ENIs x 6 IPv4 (5 secondaries each); targets beyond 15 stop at the ENI limit.
+    for (env, expected) in [
+        (&[][..], (1, 5, 0)),
+        (&["WARM_ENI_TARGET=2"][..], (2, 10, 0)),
+        (&["WARM_ENI_TARGET=3"][..], (3, 15, 0)),
+        (&["WARM_ENI_TARGET=3", "MAX_ENI=2"][..], (2, 10, 0)),
+        (&["WARM_IP_TARGET=2"][..], (1, 2, 0)),
+        (&["WARM_IP_TARGET=16"][..], (3, 15, 0)),
+        (&["MINIMUM_IP_TARGET=2"][..], (1, 2, 0)),
+        (&["MINIMUM_IP_TARGET=16"][..], (3, 15, 0)),
+        (
+            &["MINIMUM_IP_TARGET=6", "WARM_IP_TARGET=10"][..],
+            (2, 10, 0),
+        ),
+        (
+            &["ENABLE_PREFIX_DELEGATION=true", "WARM_PREFIX_TARGET=1"][..],
+            (1, 0, 1),
+        ),
+        (
+            &["ENABLE_PREFIX_DELEGATION=true", "WARM_PREFIX_TARGET=2"][..],
+            (1, 0, 2),
+        ),
+    ] {
+        scenario("t3.medium", env, expected);
+    }
+}
+
+fn add(vbox: &VpcBox, pod: &Pod) -> Value {
+    pod.cni("ADD")
+        .stdin(conf("1.1.0", &vbox.node(1).ipamd_socket, json!({})))
+        .run()
+        .ok()
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn scaling_to_max_pods_and_back_to_zero_restores_the_eni_count() {
+    require_root();
+    let vbox = VpcBox::up(&[
+        "--instance-type",
+        "t3.medium",
+        "--ipamd-env",
+        "IP_COOLDOWN_PERIOD=1",
+    ]);
+    let before = settled(&vbox);
+    assert_eq!(before, (1, 5, 0));
+    // t3.medium runs 17 pods, two of them host-network: 15 addresses.
+    let pods: Vec<Pod> = (0..15).map(|_| vbox.pod(1)).collect();
+    let results: Vec<Value> = pods.iter().map(|p| add(&vbox, p)).collect();
+    let mut ips: Vec<String> = results.iter().map(pod_ip).collect();
+    ips.sort();
+    ips.dedup();
+    assert_eq!(ips.len(), 15);
+    assert_eq!(counts(&vbox).0, 3, "every ENI in use at max pods");
+    for (pod, result) in pods.iter().zip(&results) {
+        pod.cni("DEL")
+            .stdin(conf(
+                "1.1.0",
+                &vbox.node(1).ipamd_socket,
+                json!({ "prevResult": result }),
+            ))
+            .run()
+            .ok_silent();
+    }
+    // ENIs are kept for a minute after they were made; then they go.
+    let deadline = Instant::now() + Duration::from_secs(150);
+    while counts(&vbox) != before {
+        assert!(
+            Instant::now() < deadline,
+            "still {:?}, not {before:?}",
+            counts(&vbox)
+        );
+        sleep(Duration::from_secs(2));
+    }
+    assert_eq!(settled(&vbox), before);
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn a_cold_add_waits_for_the_attach_instead_of_failing() {
+    require_root();
+    // WARM_ENI_TARGET=0: the pool grows only once nothing is left, so the ADD after the one
+    // that takes the last address finds the pool empty while the next ENI is being attached,
+    // which takes EC2 a second here.
+    let vbox = VpcBox::up(&[
+        "--instance-type",
+        "t3.medium",
+        "--attach-latency-ms",
+        "1000",
+        "--ipamd-env",
+        "WARM_ENI_TARGET=0",
+    ]);
+    assert_eq!(settled(&vbox), (1, 5, 0));
+    let warm: Vec<Pod> = (0..5).map(|_| vbox.pod(1)).collect();
+    for p in &warm {
+        add(&vbox, p);
+    }
+    let cold = vbox.pod(1);
+    let started = Instant::now();
+    let out = cold
+        .cni("ADD")
+        .stdin(conf("1.1.0", &vbox.node(1).ipamd_socket, json!({})))
+        .run();
+    let took = started.elapsed();
+    // Success on the first call: no "try again later" went back to the runtime.
+    let result = out.ok();
+    let allocation = vbox.allocation(
+        1,
+        ipam_proto::AttachmentKey {
+            network: "vpc-cni".into(),
+            container_id: cold.container_id.clone(),
+            ifname: "eth0".into(),
+        },
+    );
+    assert_eq!(
+        allocation.device_number, 1,
+        "served from the ENI attached for it"
+    );
+    assert!(cold.ping_from_node(&pod_ip(&result)));
+    // Measured, not asserted (scripts/bench.sh reports the distribution).
+    eprintln!("cold ADD with 1 s attach latency took {took:?}");
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn an_exhausted_subnet_is_named_in_the_error() {
+    require_root();
+    // A /28: 11 usable addresses; the node's own and its 5 secondaries leave 5, one short of
+    // a second ENI with 5 secondaries.
+    let vbox = VpcBox::up(&["--instance-type", "t3.medium", "--subnet", "10.0.0.0/28"]);
+    let subnet = vbox.subnet().id.clone();
+    let pods: Vec<Pod> = (0..6).map(|_| vbox.pod(1)).collect();
+    for p in &pods[..5] {
+        add(&vbox, p);
+    }
+    let out = pods[5]
+        .cni("ADD")
+        .stdin(conf("1.1.0", &vbox.node(1).ipamd_socket, json!({})))
+        .run();
+    out.error(11, &subnet);
+    assert!(out.stdout.contains("exhausted"), "{}", out.stdout);
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn a_leaked_eni_is_deleted_and_an_eni_attached_behind_ipamds_back_is_adopted() {
+    require_root();
+    let vbox = VpcBox::up(&[
+        "--instance-type",
+        "t3.medium",
+        "--ipamd-env",
+        "IPAMD_LEAKED_ENI_CLEANUP_INTERVAL=1",
+        "--ipamd-env",
+        "IPAMD_RECONCILE_INTERVAL=1",
+    ]);
+    let subnet = vbox.subnet().id.clone();
+    let me = vbox.node(1).instance_id.clone();
+    let old = humantime_ago(600);
+    let create = |description: &str, created: &str, ips: &str| {
+        let (status, body) = vbox.ec2(&[
+            ("Action", "CreateNetworkInterface"),
+            ("SubnetId", &subnet),
+            ("Description", description),
+            ("SecondaryPrivateIpAddressCount", ips),
+            ("TagSpecification.1.ResourceType", "network-interface"),
+            (
+                "TagSpecification.1.Tag.1.Key",
+                "node.k8s.amazonaws.com/instance_id",
+            ),
+            ("TagSpecification.1.Tag.1.Value", "i-0gonegonegone000"),
+            (
+                "TagSpecification.1.Tag.2.Key",
+                "node.k8s.amazonaws.com/createdAt",
+            ),
+            ("TagSpecification.1.Tag.2.Value", created),
+        ]);
+        assert_eq!(status, 200, "{body}");
+        let start = body.find("<networkInterfaceId>").unwrap() + "<networkInterfaceId>".len();
+        body[start..start + body[start..].find('<').unwrap()].to_string()
+    };
+    let leaked = create("aws-K8S-i-0gonegonegone000", &old, "0");
+    let adopted = create(&format!("aws-K8S-{me}"), &old, "2");
+    let (status, body) = vbox.ec2(&[
+        ("Action", "AttachNetworkInterface"),
+        ("NetworkInterfaceId", &adopted),
+        ("InstanceId", &me),
+        ("DeviceIndex", "2"),
+    ]);
+    assert_eq!(status, 200, "{body}");
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = vbox.sim_state();
+        let ids: Vec<&str> = state["enis"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e["id"].as_str())
+            .collect();
+        let gone = !ids.contains(&leaked.as_str());
+        let rules = e2e::ip(&["-n", &vbox.node(1).netns, "-4", "rule"]);
+        let table = rules
+            .iter()
+            .any(|r| r.starts_with("32765:") && r.ends_with("lookup 3"));
+        if gone && table && vbox.status(1).pool.total == 7 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "leaked ENI gone: {gone}, adopted ENI's table: {table}, pool: {:?}",
+            vbox.status(1).pool
+        );
+        sleep(Duration::from_millis(500));
+    }
+}
+
+/// RFC 3339 time `secs` ago, as the Go CNI writes `createdAt`.
+fn humantime_ago(secs: u64) -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now() - Duration::from_secs(secs))
+        .to_string()
+}
