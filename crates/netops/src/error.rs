@@ -68,12 +68,6 @@ pub enum Error {
         /// The interface name (CNI_IFNAME).
         name: String,
     },
-    /// Every random MAC address tried was already in use.
-    #[error("no unused MAC address found after {tries} random tries")]
-    NoFreeMac {
-        /// How many addresses were tried.
-        tries: u32,
-    },
     /// The OS random source failed.
     #[error("random source: {0}")]
     Random(String),

@@ -39,9 +39,7 @@ pub use messages::link::{Link, VethSpec};
 pub use messages::neigh::Neighbour;
 pub use messages::route::{Route, Scope};
 pub use messages::rule::Rule;
-pub use names::{
-    IFNAME_MAX, MAC_TRIES, format_mac, parse_mac, random_mac, validate_ifname, veth_name,
-};
+pub use names::{IFNAME_MAX, format_mac, parse_mac, random_mac, validate_ifname, veth_name};
 pub use pod::{POD_GATEWAY, PRIO_FROM_POD, PRIO_TO_POD, PodSpec, PodWiring, setup_pod};
 pub use socket::Netlink;
 pub use teardown::{

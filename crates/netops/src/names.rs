@@ -6,9 +6,6 @@ use sha1::{Digest, Sha1};
 
 use crate::error::{Error, Result};
 
-/// Random MAC addresses tried before giving up, as the Go CNI does.
-pub const MAC_TRIES: u32 = 10;
-
 /// Longest interface name the kernel accepts (IFNAMSIZ - 1).
 pub const IFNAME_MAX: usize = 15;
 
@@ -34,20 +31,16 @@ pub fn veth_name(prefix: &str, namespace: &str, pod_name: &str) -> String {
     name
 }
 
-/// A random locally administered unicast MAC address for which `in_use` is false.
+/// A random locally administered unicast MAC address.
 ///
-/// Tries [`MAC_TRIES`] addresses, then fails with [`Error::NoFreeMac`].
-pub fn random_mac(in_use: impl Fn(&[u8; 6]) -> bool) -> Result<[u8; 6]> {
-    for _ in 0..MAC_TRIES {
-        let mut mac = [0u8; 6];
-        getrandom::fill(&mut mac).map_err(|e| Error::Random(e.to_string()))?;
-        // Locally administered (bit 1 set), unicast (bit 0 clear).
-        mac[0] = (mac[0] | 0x02) & !0x01;
-        if !in_use(&mac) {
-            return Ok(mac);
-        }
-    }
-    Err(Error::NoFreeMac { tries: MAC_TRIES })
+/// Not checked against the node's links: with 46 random bits a clash is far less likely than
+/// any other failure, and listing every link on each ADD would cost time per pod.
+pub fn random_mac() -> Result<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    getrandom::fill(&mut mac).map_err(|e| Error::Random(e.to_string()))?;
+    // Locally administered (bit 1 set), unicast (bit 0 clear).
+    mac[0] = (mac[0] | 0x02) & !0x01;
+    Ok(mac)
 }
 
 /// `aa:bb:cc:dd:ee:ff`, lower case, as `ip` prints it and IMDS lists ENIs.
@@ -100,7 +93,6 @@ pub fn validate_ifname(what: &'static str, name: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use std::cell::Cell;
 
     use super::*;
 
@@ -125,34 +117,10 @@ mod tests {
     #[test]
     fn random_mac_is_local_unicast() {
         for _ in 0..200 {
-            let mac = random_mac(|_| false).unwrap();
+            let mac = random_mac().unwrap();
             assert_eq!(mac[0] & 0x02, 0x02, "{}", format_mac(&mac));
             assert_eq!(mac[0] & 0x01, 0x00, "{}", format_mac(&mac));
         }
-    }
-
-    #[test]
-    fn random_mac_retries_while_in_use() {
-        let calls = Cell::new(0);
-        let mac = random_mac(|_| {
-            calls.set(calls.get() + 1);
-            calls.get() < 4
-        })
-        .unwrap();
-        assert_eq!(calls.get(), 4);
-        assert_eq!(mac[0] & 0x03, 0x02);
-    }
-
-    #[test]
-    fn random_mac_gives_up_after_ten_tries() {
-        let calls = Cell::new(0);
-        let err = random_mac(|_| {
-            calls.set(calls.get() + 1);
-            true
-        })
-        .unwrap_err();
-        assert_eq!(calls.get(), MAC_TRIES);
-        assert!(matches!(err, Error::NoFreeMac { tries: 10 }));
     }
 
     #[test]

@@ -1,6 +1,5 @@
 //! Wiring one pod: the veth pair, the pod's address/routes/neighbour, the host's route and rules.
 
-use std::collections::HashSet;
 use std::net::Ipv4Addr;
 use std::os::fd::AsRawFd;
 
@@ -79,8 +78,7 @@ pub fn setup_pod(host: &Netlink, pod: &Netlink, spec: &PodSpec) -> Result<PodWir
             name: spec.container_ifname.clone(),
         });
     }
-    let in_use: HashSet<[u8; 6]> = host.links()?.into_iter().filter_map(|l| l.mac).collect();
-    let host_mac = random_mac(|mac| in_use.contains(mac))?;
+    let host_mac = random_mac()?;
 
     let mut undo = Undo::default();
     let result = wire(host, pod, spec, host_mac, &mut undo);
