@@ -196,7 +196,16 @@ impl Netlink {
         let fd = self.socket.as_raw_fd();
         let socket_err = |errno: Errno| Error::Socket {
             op: op.to_string(),
-            source: errno.into(),
+            source: match errno {
+                Errno::EAGAIN => std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "no answer from the kernel within {}s",
+                        REPLY_TIMEOUT.as_secs()
+                    ),
+                ),
+                other => other.into(),
+            },
         };
         // MSG_PEEK|MSG_TRUNC into an empty buffer returns the datagram's full length, so the
         // buffer can be sized exactly and nothing is ever truncated.
@@ -225,8 +234,19 @@ fn open_socket() -> Result<Socket> {
     // Both only improve error reports (kernel >= 4.12 / 4.2); failing to set them is harmless.
     let _ = socket.set_ext_ack(true);
     let _ = socket.set_cap_ack(true);
+    // The kernel always answers, but a plugin the runtime waits on must not hang if it does
+    // not: a bounded wait turns into an error naming the operation.
+    let timeout = nix::sys::time::TimeVal::new(REPLY_TIMEOUT.as_secs() as _, 0);
+    nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::ReceiveTimeout, &timeout)
+        .map_err(|e| Error::Socket {
+            op: "set the rtnetlink receive timeout".into(),
+            source: e.into(),
+        })?;
     Ok(socket)
 }
+
+/// How long a netlink reply may take.
+const REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn retry_eintr(mut f: impl FnMut() -> nix::Result<usize>) -> nix::Result<usize> {
     let mut tries = 0;
