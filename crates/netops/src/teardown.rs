@@ -63,7 +63,8 @@ pub fn routed_elsewhere(host: &Netlink, ip: Ipv4Addr, host_veth: Option<&str>) -
 }
 
 /// Removes the host side of a pod with address `ip`: its rules, its `<ip>/32` route in main
-/// and, when named and present, its host veth (which takes the pod end with it).
+/// and, when named, present and carrying that route, its host veth (which takes the pod end
+/// with it). A veth of that name without the route is a newer sandbox's and is left alone.
 ///
 /// Anything already gone counts as success, so calling it twice is fine; the report says
 /// what this call removed. When `host_veth` is given only a route through that veth is
@@ -113,7 +114,9 @@ pub fn teardown_host(
         }
     }
 
-    if let (Some(name), Some(link)) = (host_veth, veth) {
+    // The veth's name depends on the pod only, so a newer sandbox of the same pod has the same
+    // name: the link is this attachment's only if it carried this address.
+    if let (Some(name), Some(link), true) = (host_veth, veth, report.route_removed) {
         match host.delete_link_by_index(link.index) {
             Ok(()) => report.veth_removed = true,
             Err(e) if e.is_not_found() => {}

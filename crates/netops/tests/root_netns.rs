@@ -480,3 +480,24 @@ fn routed_elsewhere_tells_whose_address_it_is() {
         "not routed"
     );
 }
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn teardown_leaves_a_veth_of_the_same_name_that_carries_another_address() {
+    // A pod's new sandbox reuses the veth name; tearing down the old attachment's address must
+    // not take the new sandbox's link.
+    let ns = NsPair::new();
+    setup(&ns, RT_TABLE_MAIN);
+    let report = teardown_host(&ns.host_nl(), Ipv4Addr::new(10, 0, 0, 77), Some(VETH)).unwrap();
+    assert!(!report.veth_removed && !report.route_removed, "{report:?}");
+    let links = ns.ip_host(&["-o", "link", "show"]);
+    assert!(
+        links.iter().any(|l| l.contains(VETH)),
+        "the live pod's veth was deleted: {links:?}"
+    );
+    let routes = ns.ip_host(&["-4", "route", "show"]);
+    assert!(
+        routes.iter().any(|r| r.starts_with("10.0.0.5 ")),
+        "{routes:?}"
+    );
+}
