@@ -21,11 +21,14 @@ impl ApplyReport {
     }
 }
 
+/// Seconds iptables-restore waits for the xtables lock.
+const XTABLES_WAIT_SECS: &str = "10";
+
 /// Makes the nat and mangle tables of `backend` hold exactly our rules for `cfg`.
 ///
 /// Idempotent and minimal: each table is read with `<backend>-save -t <table>`, compared
 /// with [`desired_rules`] in canonical text, and only the difference is written, in one
-/// `<backend>-restore -w --noflush` transaction per table (see the plan module for how a
+/// `<backend>-restore -w 10 --noflush` transaction per table (see the plan module for how a
 /// chain is edited). A table already in the desired state is not written at all, so every
 /// rule and counter stays as it was. Only our rules are touched: those in our
 /// `AWS-SNAT-CHAIN-<n>` / `AWS-CONNMARK-CHAIN-<n>` chains, and those elsewhere that carry one
@@ -56,7 +59,9 @@ pub fn apply(
         run_ok(
             runner,
             backend.restore_program(),
-            &["-w", "--noflush"],
+            // Bounded: another program holding the xtables lock for long must not hang ipamd's
+            // startup; the error names the command.
+            &["-w", XTABLES_WAIT_SECS, "--noflush"],
             Some(plan.restore_input().as_bytes()),
         )?;
         let after = read_table(runner, backend, wanted.table)?;
@@ -182,7 +187,7 @@ mod tests {
 
     const NAT: &str = "iptables-nft-save -t nat";
     const MANGLE: &str = "iptables-nft-save -t mangle";
-    const RESTORE: &str = "iptables-nft-restore -w --noflush";
+    const RESTORE: &str = "iptables-nft-restore -w 10 --noflush";
 
     #[test]
     fn converged_node_is_only_read() {
@@ -269,7 +274,7 @@ mod tests {
         let err = apply(&r, Backend::Nft, &c).unwrap_err().to_string();
         assert_eq!(
             err,
-            "iptables-nft-restore -w --noflush: exit status: 1: iptables-restore: line 3 failed"
+            "iptables-nft-restore -w 10 --noflush: exit status: 1: iptables-restore: line 3 failed"
         );
 
         let r = Recorded::default().answer(NAT, 0, "garbage\n");
