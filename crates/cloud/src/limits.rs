@@ -39,7 +39,10 @@ impl InstanceLimits {
     /// The published max-pods figure: `ENIs × (IPv4 per ENI − 1) + 2`, the 2 covering host-network
     /// pods such as ipamd itself and kube-proxy.
     pub fn max_pods(&self) -> u32 {
-        self.max_enis * self.secondary_ips_per_eni() + 2
+        // Saturating: a DescribeInstanceTypes answer is input, not a constant.
+        self.max_enis
+            .saturating_mul(self.secondary_ips_per_eni())
+            .saturating_add(2)
     }
 
     /// Prefix delegation needs a Nitro hypervisor or bare metal.
