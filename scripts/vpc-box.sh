@@ -49,9 +49,11 @@ start_ipamd() {
   echo "$pid"
 }
 
-stop_pid() { # pid signal: signals, waits up to 10 s, then SIGKILLs
-  local pid=$1 sig=$2
+stop_pid() { # pid signal program: signals, waits up to 10 s, then SIGKILLs
+  local pid=$1 sig=$2 program=$3
   kill -0 "$pid" 2>/dev/null || return 0
+  # After a crash the pid may have been reused: signal only the program the box started.
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "$program" || return 0
   kill "-$sig" "$pid" 2>/dev/null || true
   wait_for 10 bash -c "! kill -0 $pid" || { kill -KILL "$pid" 2>/dev/null || true; wait_for 5 bash -c "! kill -0 $pid" || true; }
 }
@@ -59,7 +61,7 @@ stop_pid() { # pid signal: signals, waits up to 10 s, then SIGKILLs
 stop_ipamd() {
   local node=$1/node$2 sig=$3
   [ -f "$node/ipamd.pid" ] || return 0
-  stop_pid "$(cat "$node/ipamd.pid")" "$sig"
+  stop_pid "$(cat "$node/ipamd.pid")" "$sig" "$BIN_DIR/ipamd"
   rm -f "$node/ipamd.pid"
 }
 
@@ -70,7 +72,7 @@ down() {
     [ -d "$node" ] && stop_ipamd "$dir" "${node##*node}" TERM
   done
   # vpc-sim removes the namespaces it made when it stops...
-  [ -f "$dir/vpc-sim.pid" ] && stop_pid "$(cat "$dir/vpc-sim.pid")" TERM
+  [ -f "$dir/vpc-sim.pid" ] && stop_pid "$(cat "$dir/vpc-sim.pid")" TERM "$BIN_DIR/vpc-sim"
   # ...and anything left by a crash is removed here, but only the namespaces it recorded.
   if [ -f "$dir/namespaces" ]; then
     while read -r ns; do
