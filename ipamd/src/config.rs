@@ -71,6 +71,10 @@ pub struct Config {
     pub warm_prefix_target: u32,
     /// `MAX_ENI` (unset = the instance's limit).
     pub max_eni: Option<u32>,
+    /// `MAX_PODS` (ours): the node's kubelet `--max-pods`. The Go CNI reads it from the node
+    /// object; ipamd has no API server access, so it is configured. Unset: the published
+    /// formula for secondary addresses, 110 (kubelet's default) with prefix delegation.
+    pub max_pods: Option<u32>,
     /// `ENABLE_PREFIX_DELEGATION`.
     pub prefix_delegation: bool,
     /// `AWS_VPC_ENI_MTU`.
@@ -355,7 +359,23 @@ impl Config {
             node_port_support: env.boolean("AWS_VPC_CNI_NODE_PORT_SUPPORT", true)?,
             connmark,
             reconcile_interval: Duration::from_secs(reconcile_secs.into()),
-            add_wait: Duration::from_millis(env.uint("IPAMD_ADD_WAIT", 5000)?.into()),
+            add_wait: {
+                let ms = env.uint("IPAMD_ADD_WAIT", 5000)?;
+                // The plugin waits 30 s for any answer; a longer wait would end in its timeout
+                // instead of a reason.
+                if ms > MAX_ADD_WAIT_MS {
+                    return Err(bad(
+                        "IPAMD_ADD_WAIT",
+                        &ms.to_string(),
+                        format!("must be at most {MAX_ADD_WAIT_MS} ms (the plugin waits 30 s)"),
+                    ));
+                }
+                Duration::from_millis(ms.into())
+            },
+            max_pods: match env.uint("MAX_PODS", 0)? {
+                0 => None,
+                n => Some(n),
+            },
             leaked_eni_cleanup_interval: Duration::from_secs(leak_secs.into()),
             cluster_name: env.raw("CLUSTER_NAME"),
             additional_eni_tags: additional_eni_tags
@@ -380,6 +400,9 @@ impl Config {
         })
     }
 }
+
+/// The longest `IPAMD_ADD_WAIT`, in milliseconds.
+const MAX_ADD_WAIT_MS: u32 = 25_000;
 
 /// Tag keys containing this are ipamd's own (instance id, creation time).
 const RESERVED_TAG_PART: &str = "k8s.amazonaws.com";
@@ -513,6 +536,8 @@ mod tests {
             ("IPAMD_RECONCILE_INTERVAL", "0"),
             ("IPAMD_LEAKED_ENI_CLEANUP_INTERVAL", "0"),
             ("IPAMD_ADD_WAIT", "soon"),
+            ("IPAMD_ADD_WAIT", "60000"),
+            ("MAX_PODS", "many"),
             ("METRICS_BIND_ADDRESS", "unix:"),
             ("AWS_VPC_K8S_CNI_LOGLEVEL", "loud"),
             ("IPAMD_SOCKET", "relative.sock"),

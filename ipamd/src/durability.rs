@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use pool::{Mutation, StateStore};
+use pool::{Mutation, PersistedState, StateStore};
 
 /// Tracks which applied changes are durable.
 pub struct Durability<S> {
@@ -50,6 +50,15 @@ impl<S: StateStore + 'static> Durability<S> {
         Ok(self.applied.fetch_add(1, Ordering::SeqCst) + 1)
     }
 
+    /// Replaces everything stored with `state` (the store fell behind the pool); counts as an
+    /// applied batch, so [`Durability::wait`] covers it.
+    pub fn replace_all(&self, state: &PersistedState) -> Result<u64, PersistError> {
+        self.store
+            .replace_all(state)
+            .map_err(|e| PersistError(e.to_string()))?;
+        Ok(self.applied.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+
     /// The sequence number covering everything applied so far: a reply that only read state
     /// waits for this, so it never reports something a crash could still undo.
     pub fn seen(&self) -> u64 {
@@ -78,7 +87,7 @@ mod tests {
     use std::sync::Mutex;
     use std::sync::atomic::AtomicUsize;
 
-    use pool::{MemoryStore, PersistedState};
+    use pool::MemoryStore;
 
     use super::*;
 
@@ -97,6 +106,10 @@ mod tests {
         }
         fn apply(&self, m: &[Mutation]) -> Result<(), Self::Error> {
             let _ = self.inner.apply(m);
+            Ok(())
+        }
+        fn replace_all(&self, s: &PersistedState) -> Result<(), Self::Error> {
+            let _ = self.inner.replace_all(s);
             Ok(())
         }
         fn flush(&self) -> Result<(), Self::Error> {

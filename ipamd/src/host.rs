@@ -71,12 +71,22 @@ pub trait HostNetwork: Send + Sync + 'static {
         spec: &EniSpec,
     ) -> impl Future<Output = Result<Vec<String>, HostError>> + Send;
 
-    /// Everything an ENI at `device_number` left: its table, its rule, its pods' rules.
+    /// What an ENI at `device_number` left: its rule, and unless `keep_table` (another ENI
+    /// now holds that device number) its table and its pods' rules.
     fn teardown_eni(
         &self,
         device_number: u32,
         primary_ip: Ipv4Addr,
+        keep_table: bool,
     ) -> impl Future<Output = Result<Vec<String>, HostError>> + Send;
+
+    /// Which of `ips` no pod on the node uses any more: no `<ip>/32` route in main leads to a
+    /// link. A live pod always has that route through its veth, and the kernel removes it with
+    /// the pod's namespace, so this finds the pods whose DEL ipamd missed while it was down.
+    fn unrouted(
+        &self,
+        ips: Vec<Ipv4Addr>,
+    ) -> impl Future<Output = Result<Vec<Ipv4Addr>, HostError>> + Send;
 }
 
 /// The real node network, over netlink and iptables, each call on a blocking thread with a
@@ -111,16 +121,31 @@ impl HostNetwork for NetlinkHost {
         &self,
         device_number: u32,
         primary_ip: Ipv4Addr,
+        keep_table: bool,
     ) -> Result<Vec<String>, HostError> {
         blocking(move || {
             let nl = netops::Netlink::current()?;
-            let report = netops::teardown_eni(&nl, device_number, primary_ip)?;
+            let report = netops::teardown_eni(&nl, device_number, primary_ip, keep_table)?;
             Ok(report
                 .rules
                 .iter()
                 .map(|r| format!("removed rule {r}"))
                 .chain(report.routes.iter().map(|r| format!("removed route {r}")))
                 .collect())
+        })
+        .await
+    }
+
+    async fn unrouted(&self, ips: Vec<Ipv4Addr>) -> Result<Vec<Ipv4Addr>, HostError> {
+        blocking(move || {
+            let nl = netops::Netlink::current()?;
+            let routed: std::collections::BTreeSet<Ipv4Addr> = nl
+                .routes(netops::RT_TABLE_MAIN)?
+                .into_iter()
+                .filter(|r| r.dst.prefix() == 32 && r.oif.is_some())
+                .map(|r| r.dst.ip())
+                .collect();
+            Ok(ips.into_iter().filter(|ip| !routed.contains(ip)).collect())
         })
         .await
     }
@@ -146,7 +171,15 @@ impl<T: HostNetwork> HostNetwork for std::sync::Arc<T> {
         &self,
         device_number: u32,
         primary_ip: Ipv4Addr,
+        keep_table: bool,
     ) -> impl Future<Output = Result<Vec<String>, HostError>> + Send {
-        (**self).teardown_eni(device_number, primary_ip)
+        (**self).teardown_eni(device_number, primary_ip, keep_table)
+    }
+
+    fn unrouted(
+        &self,
+        ips: Vec<Ipv4Addr>,
+    ) -> impl Future<Output = Result<Vec<Ipv4Addr>, HostError>> + Send {
+        (**self).unrouted(ips)
     }
 }

@@ -1,4 +1,6 @@
-//! Bounded retry of cloud calls that failed for a passing reason.
+//! Bounded retry of cloud calls whose service could not be reached. Throttling is not retried
+//! here: the EC2 client (cloud::throttle) already backs off on it, and retrying both ways
+//! would multiply the waits.
 
 use std::future::Future;
 use std::time::Duration;
@@ -6,12 +8,13 @@ use std::time::Duration;
 use cloud::{CloudError, CloudErrorKind};
 use tracing::warn;
 
-/// Attempts in all, and the first pause (doubling each time): about 6 s of waiting at most.
+/// Attempts in all, and the first pause (doubling each time): 200+400+800+1600 ms = 3 s of
+/// waiting at most, on top of the calls themselves.
 const ATTEMPTS: u32 = 5;
 const FIRST_PAUSE: Duration = Duration::from_millis(200);
 
-/// Runs `call` until it succeeds, fails for a reason retrying cannot fix, or has been tried
-/// [`ATTEMPTS`] times; throttling and unreachable services are retried with doubling pauses.
+/// Runs `call` until it succeeds, fails for a reason other than an unreachable service, or
+/// has been tried [`ATTEMPTS`] times, with doubling pauses between.
 pub async fn retry_transient<T, F, Fut>(what: &str, mut call: F) -> Result<T, CloudError>
 where
     F: FnMut() -> Fut,

@@ -6,33 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cloud::{CloudError, InstanceLimits};
-use ipam_proto::{
-    AddRequest, CheckRequest, DelReason, DelRequest, ErrorKind, GcRequest, Reply, Request,
-    ValidAttachment,
-};
+use ipam_proto::{CheckRequest, ErrorKind, GcRequest, Reply, Request, ValidAttachment};
 use support::*;
 
-fn add(n: u32) -> Request {
-    Request::Add(AddRequest {
-        key: key(n),
-        pod: pod(n),
-        netns: format!("/run/netns/pod{n}"),
-    })
-}
-
-fn del(n: u32) -> Request {
-    Request::Del(DelRequest {
-        key: key(n),
-        pod: pod(n),
-        reason: DelReason::PodDeleted,
-    })
-}
-
 async fn ip_of(d: &TestDaemon, n: u32) -> std::net::Ipv4Addr {
-    match d.handle(add(n)).await.unwrap() {
-        Reply::Add(r) => r.allocation.ip,
-        other => panic!("{other:?}"),
-    }
+    allocate(d, n).await.ip
 }
 
 #[tokio::test]

@@ -7,23 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use cloud::{Attachment, CloudError, Ec2, NetworkInterface};
-use ipam_proto::{AddRequest, CheckRequest, ErrorKind, Reply, Request};
+use ipam_proto::{CheckRequest, ErrorKind, Reply, Request};
 use support::*;
-
-fn add(n: u32) -> Request {
-    Request::Add(AddRequest {
-        key: key(n),
-        pod: pod(n),
-        netns: format!("/run/netns/pod{n}"),
-    })
-}
-
-async fn allocate(d: &TestDaemon, n: u32) -> ipam_proto::Allocation {
-    match d.handle(add(n)).await.unwrap() {
-        Reply::Add(r) => r.allocation,
-        other => panic!("{other:?}"),
-    }
-}
 
 fn secondary(ec2: &cloud::fake::FakeEc2) -> NetworkInterface {
     ec2.enis()
@@ -144,11 +129,7 @@ async fn an_eni_detached_in_ec2_leaves_the_pool_and_the_node_and_comes_back() {
     let victim = (1..=7)
         .find(|n| {
             d.pool_snapshot()
-                .get(&pool::AttachmentKey {
-                    network: "aws-cni".into(),
-                    container_id: format!("container{n}"),
-                    ifname: "eth0".into(),
-                })
+                .get(&pool_key(*n))
                 .is_some_and(|a| a.eni_id == eni.id)
         })
         .expect("a pod on the secondary ENI");
@@ -346,6 +327,14 @@ async fn a_cold_add_waits_for_the_new_eni_instead_of_failing() {
     controller.abort();
 }
 
+/// The present as milliseconds: leak ages are read on the daemon's clock.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
 fn leak(ec2: &cloud::fake::FakeEc2, id: &str, description: &str, tags: &[(&str, &str)], ip: u8) {
     ec2.add_eni(
         NetworkInterface {
@@ -429,7 +418,7 @@ async fn leaked_enis_are_deleted_when_old_enough_and_ours() {
     let d = start_with(
         dir.path(),
         &ec2,
-        &ManualClock::at(0),
+        &ManualClock::at(now_ms()),
         "t3.medium",
         &host,
         &[("CLUSTER_NAME", "prod")],

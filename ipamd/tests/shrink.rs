@@ -6,31 +6,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ipam_proto::{AddRequest, DelReason, DelRequest, Reply, Request};
 use support::*;
-
-fn add(n: u32) -> Request {
-    Request::Add(AddRequest {
-        key: key(n),
-        pod: pod(n),
-        netns: format!("/run/netns/pod{n}"),
-    })
-}
-
-fn del(n: u32) -> Request {
-    Request::Del(DelRequest {
-        key: key(n),
-        pod: pod(n),
-        reason: DelReason::PodDeleted,
-    })
-}
-
-async fn allocate(d: &TestDaemon, n: u32) -> ipam_proto::Allocation {
-    match d.handle(add(n)).await.unwrap() {
-        Reply::Add(r) => r.allocation,
-        other => panic!("{other:?}"),
-    }
-}
 
 #[tokio::test]
 async fn prefix_delegation_serves_pods_from_a_28() {

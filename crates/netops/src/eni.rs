@@ -193,14 +193,20 @@ pub struct EniTeardown {
 }
 
 /// Removes what an ENI at `device_number` with address `primary_ip` left on the node: its
-/// table's routes (the kernel drops them with the link, but a link may still be there), its
-/// prio-32765 rule, and every prio-1536 rule sending pods to its table. Anything already gone
-/// is fine.
-pub fn teardown_eni(nl: &Netlink, device_number: u32, primary_ip: Ipv4Addr) -> Result<EniTeardown> {
+/// prio-32765 rule and, unless `keep_table` (another ENI holds that device number now and the
+/// table is its), the table's routes (the kernel drops them with the link, but a link may still
+/// be there) and every prio-1536 rule sending pods to the table. Anything already gone is fine.
+pub fn teardown_eni(
+    nl: &Netlink,
+    device_number: u32,
+    primary_ip: Ipv4Addr,
+    keep_table: bool,
+) -> Result<EniTeardown> {
     let table = eni_table(device_number);
     let mut report = EniTeardown::default();
     for rule in nl.rules()?.into_iter().filter(|r| {
-        is_eni_rule(r, primary_ip) || (r.priority == PRIO_FROM_POD && r.lookup && r.table == table)
+        is_eni_rule(r, primary_ip)
+            || (!keep_table && r.priority == PRIO_FROM_POD && r.lookup && r.table == table)
     }) {
         match nl.delete_rule(&rule) {
             Ok(()) => report.rules.push(rule),
@@ -208,7 +214,12 @@ pub fn teardown_eni(nl: &Netlink, device_number: u32, primary_ip: Ipv4Addr) -> R
             Err(e) => return Err(e),
         }
     }
-    for route in nl.routes(table)? {
+    let routes = if keep_table {
+        Vec::new()
+    } else {
+        nl.routes(table)?
+    };
+    for route in routes {
         match nl.delete_route(&route) {
             Ok(()) => report.routes.push(route),
             Err(e) if e.is_not_found() => {}

@@ -155,7 +155,7 @@ fn teardown_removes_the_table_the_eni_rule_and_its_pods_rules() {
         "pref",
         "1536",
     ]);
-    let report = teardown_eni(&nl, 1, Ipv4Addr::new(10, 0, 1, 20)).unwrap();
+    let report = teardown_eni(&nl, 1, Ipv4Addr::new(10, 0, 1, 20), false).unwrap();
     assert_eq!(report.rules.len(), 2, "{report:?}");
     assert_eq!(report.routes.len(), 2, "{report:?}");
     assert!(
@@ -171,7 +171,7 @@ fn teardown_removes_the_table_the_eni_rule_and_its_pods_rules() {
         rules.contains("from 10.0.1.40 lookup 3"),
         "another ENI's pod rule was removed: {rules}"
     );
-    let again = teardown_eni(&nl, 1, Ipv4Addr::new(10, 0, 1, 20)).unwrap();
+    let again = teardown_eni(&nl, 1, Ipv4Addr::new(10, 0, 1, 20), false).unwrap();
     assert!(again.rules.is_empty() && again.routes.is_empty());
 }
 
@@ -183,4 +183,49 @@ fn an_eni_whose_link_has_not_appeared_is_reported_as_such() {
         Err(Error::NoLinkWithMac { mac }) => assert_eq!(mac, MAC),
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn teardown_keeping_the_table_leaves_the_successor_at_that_index_working() {
+    // The successor at device 1 is set up; the gone ENI (10.0.1.9) left its own rule behind.
+    let ns = hot_plugged();
+    let nl = ns.host_nl();
+    setup_eni(&nl, &spec()).unwrap();
+    let pref = PRIO_FROM_ENI.to_string();
+    run(&[
+        "ip", "-n", &ns.host, "rule", "add", "from", "10.0.1.9", "lookup", "2", "pref", &pref,
+    ]);
+    run(&[
+        "ip",
+        "-n",
+        &ns.host,
+        "rule",
+        "add",
+        "from",
+        "10.0.1.30",
+        "lookup",
+        "2",
+        "pref",
+        "1536",
+    ]);
+    let table_before = ns.ip_host(&["-4", "route", "show", "table", "2"]);
+
+    let report = teardown_eni(&nl, 1, Ipv4Addr::new(10, 0, 1, 9), true).unwrap();
+    assert_eq!(
+        report.rules.len(),
+        1,
+        "only the gone ENI's rule: {report:?}"
+    );
+    assert!(report.routes.is_empty(), "{report:?}");
+    assert_eq!(
+        ns.ip_host(&["-4", "route", "show", "table", "2"]),
+        table_before
+    );
+    let rules = ns.ip_host(&["-4", "rule", "show"]).join("\n");
+    assert!(!rules.contains("10.0.1.9 "), "{rules}");
+    assert!(
+        rules.contains("from 10.0.1.20 lookup 2") && rules.contains("from 10.0.1.30 lookup 2"),
+        "the successor's rules were removed: {rules}"
+    );
 }

@@ -28,6 +28,15 @@ pub struct Allocated {
     pub assigned_at: Timestamp,
 }
 
+/// How a removal treats addresses in use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Removal {
+    /// Giving back to EC2: only addresses that are neither assigned nor cooling at this time.
+    IfUnused(Timestamp),
+    /// EC2 no longer has them: whatever their state; the allocations taken are returned.
+    Force,
+}
+
 /// An address given back, and until when it cools down.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Released {
@@ -245,32 +254,23 @@ impl Pool {
         }
     }
 
-    /// Removes an ENI with its addresses and prefixes. Refused while a pod holds one of them
-    /// unless `force` (the ENI is gone in EC2: its pods have lost their addresses whatever we
-    /// do); the forced attachments are returned so their host state can be cleaned.
+    /// Removes an ENI with its addresses and prefixes. With [`Removal::IfUnused`] it is
+    /// refused while any of them is assigned or cooling (the ENI is being given back); with
+    /// [`Removal::Force`] (the ENI is gone in EC2: its pods have lost their addresses whatever
+    /// we do) the attachments taken are returned so their host state can be cleaned.
     pub fn remove_eni(
         &mut self,
         id: &str,
-        force: bool,
+        removal: Removal,
     ) -> Result<(Vec<Allocated>, Vec<Mutation>), PoolError> {
         let eni = self
             .enis
             .get(id)
             .ok_or_else(|| PoolError::UnknownEni(id.to_string()))?;
-        if !force
-            && let Some((ip, key)) = eni
-                .addrs
-                .iter()
-                .find_map(|(ip, s)| s.holder().map(|k| (*ip, k)))
-        {
-            return Err(PoolError::InUse {
-                ip,
-                holder: key.to_string(),
-            });
-        }
+        let ips: Vec<Ipv4Addr> = eni.addrs.keys().copied().collect();
+        self.check_removable(&ips, removal)?;
         let mut dropped = Vec::new();
         let mut muts = Vec::new();
-        let ips: Vec<Ipv4Addr> = eni.addrs.keys().copied().collect();
         for ip in ips {
             if let Some(a) = self.allocation_at(ip) {
                 dropped.push(a);
@@ -332,12 +332,13 @@ impl Pool {
     }
 
     /// Removes a secondary address EC2 no longer has on the ENI (or that the pool gives back).
-    /// Refused while assigned unless `force`; a forced removal returns the allocation it took.
-    /// A member of a delegated prefix is refused: prefixes go whole ([`Pool::remove_prefix`]).
+    /// [`Removal::IfUnused`] refuses an assigned or cooling address; a forced removal returns
+    /// the allocation it took. A member of a delegated prefix is refused: prefixes go whole
+    /// ([`Pool::remove_prefix`]).
     pub fn remove_address(
         &mut self,
         ip: Ipv4Addr,
-        force: bool,
+        removal: Removal,
     ) -> Result<(Option<Allocated>, Vec<Mutation>), PoolError> {
         let Some(slot) = self.slot(ip) else {
             return Err(PoolError::UnknownAddress(ip));
@@ -345,13 +346,8 @@ impl Pool {
         if let Some(prefix) = slot.prefix {
             return Err(PoolError::AddressInPrefix { ip, prefix });
         }
+        self.check_removable(&[ip], removal)?;
         let taken = self.allocation_at(ip);
-        if let (Some(a), false) = (&taken, force) {
-            return Err(PoolError::InUse {
-                ip,
-                holder: a.key.to_string(),
-            });
-        }
         self.forget_address(ip);
         Ok((taken, vec![Mutation::DeleteAddr(ip)]))
     }
@@ -414,28 +410,26 @@ impl Pool {
     }
 
     /// Removes a delegated prefix and its 16 addresses (EC2 no longer has it, or the pool gives
-    /// it back). Refused while one of its addresses is assigned unless `force`; a forced
-    /// removal returns the allocations it took. Cooling addresses do not hold it back: whether
-    /// to give back a cooling prefix is the caller's decision (the plan never does).
+    /// it back). [`Removal::IfUnused`] refuses while any of its addresses is assigned or
+    /// cooling; a forced removal returns the allocations it took.
     pub fn remove_prefix(
         &mut self,
         prefix: Ipv4Network,
-        force: bool,
+        removal: Removal,
     ) -> Result<(Vec<Allocated>, Vec<Mutation>), PoolError> {
         let eni_id = self
             .prefix_owner(prefix)
             .ok_or(PoolError::UnknownPrefix(prefix))?
             .to_string();
+        let members: Vec<Ipv4Addr> = prefix
+            .iter()
+            .filter(|ip| self.owner.contains_key(ip))
+            .collect();
+        self.check_removable(&members, removal)?;
         let taken: Vec<Allocated> = prefix
             .iter()
             .filter_map(|ip| self.allocation_at(ip))
             .collect();
-        if let (Some(a), false) = (taken.first(), force) {
-            return Err(PoolError::InUse {
-                ip: a.ip,
-                holder: a.key.to_string(),
-            });
-        }
         let mut muts = Vec::new();
         for ip in prefix.iter() {
             if self.owner.get(&ip) == Some(&eni_id) {
@@ -447,6 +441,31 @@ impl Pool {
             eni.prefixes.remove(&prefix);
         }
         Ok((taken, muts))
+    }
+
+    /// Whether `ips` may leave the pool under `removal`: given back, none may be assigned or
+    /// cooling (other nodes may still route the last pod's traffic to a cooling address).
+    fn check_removable(&self, ips: &[Ipv4Addr], removal: Removal) -> Result<(), PoolError> {
+        let Removal::IfUnused(now) = removal else {
+            return Ok(());
+        };
+        for ip in ips {
+            let Some(slot) = self.slot(*ip) else { continue };
+            if let Some(key) = slot.holder() {
+                return Err(PoolError::InUse {
+                    ip: *ip,
+                    holder: key.to_string(),
+                });
+            }
+            if let SlotState::Free {
+                cooling_until: Some(until),
+            } = slot.state
+                && until > now
+            {
+                return Err(PoolError::Cooling { ip: *ip, until });
+            }
+        }
+        Ok(())
     }
 
     /// The ENI holding `prefix`.

@@ -61,6 +61,14 @@ pub enum PoolError {
         /// Who holds it.
         holder: String,
     },
+    /// It is cooling down and cannot be given back yet.
+    #[error("address {ip} is cooling down until {}", .until.millis())]
+    Cooling {
+        /// The address.
+        ip: Ipv4Addr,
+        /// End of its cooldown.
+        until: crate::time::Timestamp,
+    },
     /// A prefix to add is not a delegable /28.
     #[error("{0} is not a /28 prefix named by its network address")]
     InvalidPrefix(Ipv4Network),

@@ -13,7 +13,7 @@ mod persist;
 mod plan;
 mod time;
 
-pub use datastore::{Allocated, Counts, Pool, Released, RestoreIssue};
+pub use datastore::{Allocated, Counts, Pool, Released, Removal, RestoreIssue};
 pub use error::{AssignError, PoolError};
 pub use model::{
     ADDRS_PER_PREFIX, AddrSlot, AttachmentKey, EniInfo, MAIN_TABLE, PREFIX_LEN, PodInfo, SlotState,

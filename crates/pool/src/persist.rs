@@ -56,6 +56,10 @@ pub trait StateStore: Send + Sync {
 
     /// Makes every applied mutation durable.
     fn flush(&self) -> Result<(), Self::Error>;
+
+    /// Replaces everything stored with `state`, atomically: the way back to agreement after
+    /// an `apply` failed and the pool moved on without the store.
+    fn replace_all(&self, state: &PersistedState) -> Result<(), Self::Error>;
 }
 
 /// A store in memory, for tests of code that persists through [`StateStore`].
@@ -98,6 +102,17 @@ impl StateStore for MemoryStore {
     }
 
     fn flush(&self) -> Result<(), Infallible> {
+        Ok(())
+    }
+
+    fn replace_all(&self, state: &PersistedState) -> Result<(), Infallible> {
+        let mut guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        guard.0 = state
+            .enis
+            .iter()
+            .map(|e| (e.id.clone(), e.clone()))
+            .collect();
+        guard.1 = state.addrs.iter().map(|a| (a.ip, a.clone())).collect();
         Ok(())
     }
 }

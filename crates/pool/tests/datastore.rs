@@ -138,15 +138,18 @@ fn an_assigned_address_is_only_removed_by_force() {
         .unwrap()
         .0;
     assert!(matches!(
-        p.remove_address(a.ip, false),
+        p.remove_address(a.ip, Removal::IfUnused(Timestamp(0))),
         Err(PoolError::InUse { .. })
     ));
-    let (taken, _) = p.remove_address(a.ip, true).unwrap();
+    let (taken, _) = p.remove_address(a.ip, Removal::Force).unwrap();
     assert_eq!(taken.unwrap().key, key(1));
     assert!(p.get(&key(1)).is_none());
     assert_eq!(p.counts(Timestamp(0)).total, 1);
 
-    assert!(p.remove_eni("eni-0", false).is_ok());
+    assert!(
+        p.remove_eni("eni-0", Removal::IfUnused(Timestamp(0)))
+            .is_ok()
+    );
     assert_eq!(p.enis().count(), 0);
 }
 
@@ -156,10 +159,10 @@ fn removing_an_eni_in_use_needs_force_and_reports_the_pods() {
     p.assign(&key(1), &PodInfo::default(), Timestamp(0))
         .unwrap();
     assert!(matches!(
-        p.remove_eni("eni-0", false),
+        p.remove_eni("eni-0", Removal::IfUnused(Timestamp(0))),
         Err(PoolError::InUse { .. })
     ));
-    let (dropped, muts) = p.remove_eni("eni-0", true).unwrap();
+    let (dropped, muts) = p.remove_eni("eni-0", Removal::Force).unwrap();
     assert_eq!(dropped.len(), 1);
     assert_eq!(muts.last(), Some(&Mutation::DeleteEni("eni-0".into())));
     assert!(p.get(&key(1)).is_none());
@@ -361,13 +364,13 @@ fn prefixes_that_cannot_be_delegated_or_overlap_are_refused_whole() {
         Err(PoolError::AddressOnOtherEni { .. })
     ));
     assert!(matches!(
-        p.remove_address(ip("10.0.4.3"), true),
+        p.remove_address(ip("10.0.4.3"), Removal::Force),
         Err(PoolError::AddressInPrefix { .. })
     ));
 }
 
 #[test]
-fn a_prefix_in_use_is_only_removed_by_force_and_cooling_does_not_hold_it() {
+fn a_prefix_in_use_or_cooling_is_only_removed_by_force() {
     let mut p = pool_with(0);
     p.add_prefixes("eni-0", &[net("10.0.3.0/28")]).unwrap();
     let a = p
@@ -375,28 +378,38 @@ fn a_prefix_in_use_is_only_removed_by_force_and_cooling_does_not_hold_it() {
         .unwrap()
         .0;
     assert_eq!(
-        p.remove_prefix(net("10.0.3.0/28"), false),
+        p.remove_prefix(net("10.0.3.0/28"), Removal::IfUnused(Timestamp(0))),
         Err(PoolError::InUse {
             ip: a.ip,
             holder: key(1).to_string()
         })
     );
     p.release(&key(1), Timestamp(0)).unwrap();
-    // Cooling: the pool allows it (the plan never asks).
-    let (taken, muts) = p.remove_prefix(net("10.0.3.0/28"), false).unwrap();
+    // Cooling: not given back (other nodes may still route the old pod's traffic to it)...
+    assert!(matches!(
+        p.remove_prefix(net("10.0.3.0/28"), Removal::IfUnused(Timestamp(0))),
+        Err(PoolError::Cooling { ip, .. }) if ip == a.ip
+    ));
+    // ...until the cooldown is over.
+    let (taken, muts) = p
+        .remove_prefix(
+            net("10.0.3.0/28"),
+            Removal::IfUnused(Timestamp(0).after(COOLDOWN)),
+        )
+        .unwrap();
     assert!(taken.is_empty());
     assert_eq!(muts.len(), 16);
     assert_eq!(p.counts(Timestamp(0)).total, 0);
     assert_eq!(p.prefixes("eni-0").count(), 0);
     assert_eq!(
-        p.remove_prefix(net("10.0.3.0/28"), false),
+        p.remove_prefix(net("10.0.3.0/28"), Removal::Force),
         Err(PoolError::UnknownPrefix(net("10.0.3.0/28")))
     );
 
     p.add_prefixes("eni-0", &[net("10.0.3.0/28")]).unwrap();
     p.assign(&key(2), &PodInfo::default(), Timestamp(0))
         .unwrap();
-    let (taken, _) = p.remove_prefix(net("10.0.3.0/28"), true).unwrap();
+    let (taken, _) = p.remove_prefix(net("10.0.3.0/28"), Removal::Force).unwrap();
     assert_eq!(taken.len(), 1);
     assert_eq!(taken[0].key, key(2));
     assert!(p.get(&key(2)).is_none());
@@ -524,4 +537,23 @@ fn restore_keeps_prefixes_and_repairs_broken_ones() {
     assert_eq!(fixes.len(), 17, "16 members dropped, 1 added back");
     assert_eq!(repaired.prefixes("eni-1").count(), 0);
     assert_eq!(repaired.addresses("eni-0").count(), 17);
+}
+
+#[test]
+fn a_cooling_address_or_an_eni_holding_one_is_not_given_back() {
+    let mut p = pool_with(2);
+    let t0 = Timestamp(0);
+    let a = p.assign(&key(1), &PodInfo::default(), t0).unwrap().0;
+    p.release(&key(1), t0).unwrap();
+    assert!(matches!(
+        p.remove_address(a.ip, Removal::IfUnused(t0)),
+        Err(PoolError::Cooling { .. })
+    ));
+    assert!(matches!(
+        p.remove_eni("eni-0", Removal::IfUnused(t0)),
+        Err(PoolError::Cooling { .. })
+    ));
+    let later = t0.after(COOLDOWN);
+    assert!(p.remove_address(a.ip, Removal::IfUnused(later)).is_ok());
+    assert!(p.remove_eni("eni-0", Removal::IfUnused(later)).is_ok());
 }

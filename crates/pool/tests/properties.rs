@@ -108,8 +108,10 @@ proptest! {
                         .flat_map(|e| p.prefixes(&e.id).collect::<Vec<_>>())
                         .collect();
                     if let Some(&prefix) = held.get(i as usize % held.len().max(1)) {
-                        let in_use = p.allocations().iter().any(|a| prefix.contains(a.ip));
-                        match p.remove_prefix(prefix, force) {
+                        let in_use = p.allocations().iter().any(|a| prefix.contains(a.ip))
+                            || p.enis().any(|e| p.addresses(&e.id).any(|(ip, s)| prefix.contains(ip) && s.is_cooling(now)));
+                        let removal = if force { Removal::Force } else { Removal::IfUnused(now) };
+                        match p.remove_prefix(prefix, removal) {
                             Ok((taken, m)) => {
                                 prop_assert!(force || !in_use);
                                 store.apply(&m).unwrap();
@@ -170,7 +172,8 @@ proptest! {
                         .filter(|a| a.slot.holder().is_none() && a.slot.prefix.is_none())
                         .nth(i as usize);
                     if let Some(a) = free {
-                        let (taken, m) = p.remove_address(a.ip, false).unwrap();
+                        // EC2 taking a free (possibly cooling) address away.
+                        let (taken, m) = p.remove_address(a.ip, Removal::Force).unwrap();
                         prop_assert!(taken.is_none());
                         store.apply(&m).unwrap();
                     }

@@ -197,6 +197,23 @@ impl StateStore for SledStore {
         self.db.flush()?;
         Ok(())
     }
+
+    fn replace_all(&self, state: &PersistedState) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for prefix in [ENI_PREFIX, ADDR_PREFIX] {
+            for item in self.db.scan_prefix(prefix) {
+                batch.remove(item?.0);
+            }
+        }
+        for e in &state.enis {
+            batch.insert(eni_key(&e.id), json(e)?);
+        }
+        for a in &state.addrs {
+            batch.insert(addr_key(a.ip), json(a)?);
+        }
+        self.db.apply_batch(batch)?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -261,7 +278,7 @@ mod tests {
             store
                 .apply(
                     &pool
-                        .remove_address(Ipv4Addr::new(10, 0, 0, 14), false)
+                        .remove_address(Ipv4Addr::new(10, 0, 0, 14), pool::Removal::Force)
                         .unwrap()
                         .1,
                 )
@@ -315,6 +332,25 @@ mod tests {
         drop(first);
         // Released by sled's background thread shortly after the drop.
         SledStore::open(dir.path()).expect("reopened once the lock is free");
+    }
+
+    #[test]
+    fn replace_all_makes_the_store_exactly_the_given_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        let mut pool = Pool::new(Duration::from_secs(30));
+        store.apply(&pool.upsert_eni(eni())).unwrap();
+        let ips: Vec<Ipv4Addr> = (11..14).map(|i| Ipv4Addr::new(10, 0, 0, i)).collect();
+        store
+            .apply(&pool.add_addresses("eni-0a", &ips).unwrap())
+            .unwrap();
+        // The pool moves on without the store...
+        pool.remove_address(ips[0], pool::Removal::Force).unwrap();
+        pool.assign(&key(1), &PodInfo::default(), Timestamp(5))
+            .unwrap();
+        // ...and one write brings them together again.
+        store.replace_all(&pool.to_state()).unwrap();
+        assert_eq!(store.load().unwrap(), pool.to_state());
     }
 
     #[test]

@@ -54,7 +54,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 return LeakReport::default();
             }
         };
-        let now = SystemTime::now();
+        let now = super::grow::wall_time(self.clock.now());
         let mut report = LeakReport::default();
         for eni in found
             .iter()

@@ -1,6 +1,6 @@
 //! The daemon's state and its startup: instance limits -> stored state -> node network ->
-//! reconcile with EC2 -> first growth. Requests, growth and reconciliation live in the
-//! submodules.
+//! reconcile with EC2 -> release what dead pods held -> first growth. Requests, growth and
+//! reconciliation live in the submodules.
 
 mod grow;
 mod leaks;
@@ -9,14 +9,16 @@ mod requests;
 
 pub use leaks::{LeakReport, MAX_START_JITTER, MIN_LEAK_AGE};
 
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use cloud::{CloudError, Ec2, Imds, InstanceLimits, InstanceTable, NodeIdentity};
-use pool::{Blocked, Clock, NodeLimits, Pool, StateStore, Targets, Timestamp};
+use pool::{Clock, Mutation, NodeLimits, Pool, StateStore, Targets, Timestamp};
 use thiserror::Error;
 use tokio::sync::Notify;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::durability::{Durability, PersistError};
@@ -25,6 +27,15 @@ use crate::retry::retry_transient;
 
 /// How long growth pauses after EC2 says the subnet is full (the Go CNI's 120 s).
 pub const SUBNET_FULL_PAUSE: Duration = Duration::from_secs(120);
+
+/// How old an assignment without a route must be to count as a dead pod's. A younger one may
+/// belong to an ADD whose plugin has its reply but has not added the route yet; releasing it
+/// could hand a live pod's address to another. Far above the plugin's own bounds (a 30 s
+/// reply wait, then netlink calls of at most 10 s each).
+pub const DEAD_POD_GRACE: Duration = Duration::from_secs(60);
+
+/// kubelet's default `--max-pods`, the cap with prefix delegation when MAX_PODS is unset.
+pub const KUBELET_DEFAULT_MAX_PODS: u32 = 110;
 
 /// Why ipamd could not start. Each names what it was doing.
 #[derive(Debug, Error)]
@@ -72,8 +83,8 @@ pub struct Node {
     pub net: NodeNet,
     /// The warm-pool targets.
     pub targets: Targets,
-    /// MAX_ENI.
-    pub max_eni: Option<u32>,
+    /// ENIs the node may hold at most: the instance's limit under MAX_ENI.
+    pub max_enis: u32,
     /// CLUSTER_NAME: tags new ENIs and scopes leaked-ENI cleanup.
     pub cluster_name: Option<String>,
     /// ADDITIONAL_ENI_TAGS.
@@ -87,7 +98,6 @@ pub struct Node {
 struct Growth {
     paused_until: Option<Timestamp>,
     last_error: Option<String>,
-    blocked: Option<Blocked>,
     /// When addresses were last given back (releases happen at most every 30 s).
     last_release: Option<Timestamp>,
 }
@@ -104,9 +114,12 @@ pub struct Daemon<E, I, H, S> {
     /// The primary ENI's security groups, which new ENIs get.
     security_groups: Mutex<Vec<String>>,
     /// Attached ENIs ipamd does not manage, as EC2 last listed them.
-    unmanaged: Mutex<std::collections::BTreeSet<String>>,
+    unmanaged: Mutex<BTreeSet<String>>,
     pool: Mutex<Pool>,
     durable: Durability<S>,
+    /// Set when the store refused a change the pool had made: the next commit writes the whole
+    /// pool, so the two agree again.
+    store_behind: AtomicBool,
     growth: Mutex<Growth>,
     /// Growth and reconciliation both change ENIs through EC2: one at a time.
     ec2_ops: tokio::sync::Mutex<()>,
@@ -116,8 +129,8 @@ pub struct Daemon<E, I, H, S> {
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every operation on the guarded values completes before it mutates them, so a lock
-    // poisoned by a panic elsewhere still guards consistent data.
+    // A panic elsewhere does not make the data useless: the pool's operations check before
+    // they change anything, and the small values beside it are replaced whole.
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -159,6 +172,35 @@ pub struct Parts<E, I, H, S> {
     pub identity: NodeIdentity,
 }
 
+/// The pool's targets from the configuration. Prefix delegation needs Nitro or bare metal;
+/// elsewhere the Go CNI warns and falls back to secondary addresses, and so do we.
+fn targets(config: &Config, instance: &InstanceLimits, instance_type: &str) -> Targets {
+    let prefix_delegation = config.prefix_delegation && instance.supports_prefix_delegation();
+    if config.prefix_delegation && !prefix_delegation {
+        warn!(
+            instance_type,
+            "ENABLE_PREFIX_DELEGATION needs a Nitro or bare-metal instance; using secondary addresses"
+        );
+    }
+    Targets {
+        warm_eni: config.warm_eni_target,
+        warm_ip: config.warm_ip_target,
+        minimum_ip: config.minimum_ip_target,
+        warm_prefix: config.warm_prefix_target,
+        prefix_delegation,
+    }
+}
+
+/// Max pods: MAX_PODS when set; otherwise the published secondary-address formula, or with
+/// prefix delegation kubelet's default (the formula would waste nearly all of a prefix).
+fn max_pods(config: &Config, instance: &InstanceLimits, targets: &Targets) -> u32 {
+    config.max_pods.unwrap_or(if targets.prefix_delegation {
+        KUBELET_DEFAULT_MAX_PODS
+    } else {
+        instance.max_pods()
+    })
+}
+
 impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
     /// Starts the daemon; returns once it can serve.
     pub async fn start(config: &Config, parts: Parts<E, I, H, S>) -> Result<Self, StartupError> {
@@ -171,13 +213,14 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             identity,
         } = parts;
         let instance = instance_limits(&ec2, &identity.instance_type).await?;
+        let targets = targets(config, &instance, &identity.instance_type);
         let max_enis = config
             .max_eni
             .map_or(instance.max_enis, |m| m.min(instance.max_enis));
         let limits = NodeLimits {
             max_enis,
             secondary_ips_per_eni: instance.secondary_ips_per_eni(),
-            max_pods: instance.max_pods(),
+            max_pods: max_pods(config, &instance, &targets),
         };
         info!(
             instance_id = %identity.instance_id,
@@ -185,7 +228,9 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             max_enis,
             ips_per_eni = instance.ipv4_per_eni,
             max_pods = limits.max_pods,
-            "node limits"
+            mode = ?targets.mode(),
+            ?targets,
+            "node limits and pool targets"
         );
 
         let state = store.load().map_err(|e| StartupError::Restore {
@@ -196,23 +241,6 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         for issue in &issues {
             warn!(?issue, "stored state repaired");
         }
-        // Prefix delegation needs Nitro or bare metal; elsewhere the Go CNI warns and falls back
-        // to secondary addresses, and so do we.
-        let prefix_delegation = config.prefix_delegation && instance.supports_prefix_delegation();
-        if config.prefix_delegation && !prefix_delegation {
-            warn!(
-                instance_type = %identity.instance_type,
-                "ENABLE_PREFIX_DELEGATION needs a Nitro or bare-metal instance; using secondary addresses"
-            );
-        }
-        let targets = Targets {
-            warm_eni: config.warm_eni_target,
-            warm_ip: config.warm_ip_target,
-            minimum_ip: config.minimum_ip_target,
-            warm_prefix: config.warm_prefix_target,
-            prefix_delegation,
-        };
-        info!(mode = ?targets.mode(), ?targets, "pool targets");
         let net = NodeNet {
             primary_mac: identity.primary_eni.mac.clone(),
             primary_ip: identity.primary_ip,
@@ -235,23 +263,25 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 instance,
                 net,
                 targets,
-                max_eni: config.max_eni,
+                max_enis,
                 cluster_name: config.cluster_name.clone(),
                 extra_tags: config.additional_eni_tags.clone(),
                 add_wait: config.add_wait,
             },
             limits: Mutex::new(limits),
             security_groups: Mutex::new(Vec::new()),
-            unmanaged: Mutex::new(Default::default()),
+            unmanaged: Mutex::new(BTreeSet::new()),
             pool: Mutex::new(pool),
             durable: Durability::new(store),
+            store_behind: AtomicBool::new(false),
             growth: Mutex::new(Growth::default()),
             ec2_ops: tokio::sync::Mutex::new(()),
             kick: Notify::new(),
             grown: tokio::sync::watch::Sender::new(0),
         };
-        let seq = daemon.durable.apply(&fixes)?;
-        daemon.durable.wait(seq).await?;
+        daemon
+            .persist(|_| Ok::<_, PersistError>(((), fixes)))
+            .await?;
         {
             let c = lock(&daemon.pool).counts(daemon.clock.now());
             info!(
@@ -268,6 +298,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             .map_err(StartupError::NodeNetwork)?;
         log_changes("node network", &changes);
         daemon.reconcile_with_ec2().await?;
+        daemon.release_dead_pods().await?;
         daemon.grow().await;
         Ok(daemon)
     }
@@ -287,8 +318,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         lock(&self.pool).clone()
     }
 
-    /// Waits until something asks the controller to run early (an ADD, or one that found no
-    /// address).
+    /// Waits until something asks the controller to run early (an ADD, a DEL, or an ADD
+    /// that found no address).
     pub async fn kicked(&self) {
         self.kick.notified().await;
     }
@@ -296,6 +327,96 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// Makes everything applied durable (at shutdown).
     pub async fn flush(&self) -> Result<(), PersistError> {
         self.durable.wait(self.durable.seen()).await
+    }
+
+    /// Hands `mutations` (what the caller just did to `pool`, under its lock) to the store.
+    /// If the store refused an earlier change, the whole pool is written first, so the store
+    /// never stays behind the pool. Returns the batch to wait for.
+    fn commit(&self, pool: &Pool, mutations: &[Mutation]) -> Result<u64, PersistError> {
+        if self.store_behind.load(Ordering::SeqCst) {
+            self.durable.replace_all(&pool.to_state())?;
+            self.store_behind.store(false, Ordering::SeqCst);
+            warn!("the store caught up with the pool after an earlier failure");
+        }
+        self.durable.apply(mutations).inspect_err(|e| {
+            error!(error = %e, "the store refused a change; it will be rewritten whole");
+            self.store_behind.store(true, Ordering::SeqCst);
+        })
+    }
+
+    /// Runs `change` on the pool under its lock, commits the mutations it returns, and waits
+    /// until they are durable. `change` returns its own result alongside the mutations.
+    async fn persist<T, X>(
+        &self,
+        change: impl FnOnce(&mut Pool) -> Result<(T, Vec<Mutation>), X>,
+    ) -> Result<T, X>
+    where
+        X: From<PersistError>,
+    {
+        let (value, seq) = {
+            let mut pool = lock(&self.pool);
+            let (value, muts) = change(&mut pool)?;
+            let seq = self.commit(&pool, &muts)?;
+            (value, seq)
+        };
+        self.durable.wait(seq).await?;
+        Ok(value)
+    }
+
+    /// Releases, into cooldown, every address whose pod is gone from the node: its DEL came
+    /// while ipamd was away and was handled from prevResult by the plugin. Only at startup:
+    /// while ipamd runs, every DEL reaches it. Assignments younger than [`DEAD_POD_GRACE`]
+    /// are kept, and left to the runtime's GC if their pod is in fact gone.
+    async fn release_dead_pods(&self) -> Result<(), PersistError> {
+        let held: Vec<_> = lock(&self.pool).allocations();
+        if held.is_empty() {
+            return Ok(());
+        }
+        let unrouted = match self
+            .host
+            .unrouted(held.iter().map(|a| a.ip).collect())
+            .await
+        {
+            Ok(unrouted) => unrouted,
+            Err(e) => {
+                warn!(error = %e, "could not read the node's routes; keeping every assignment");
+                return Ok(());
+            }
+        };
+        let now = self.clock.now();
+        let (dead, young): (Vec<_>, Vec<_>) = held
+            .iter()
+            .filter(|a| unrouted.contains(&a.ip))
+            .partition(|a| a.assigned_at.after(DEAD_POD_GRACE) <= now);
+        for a in young {
+            info!(
+                ip = %a.ip, attachment = %a.key,
+                "kept an address without a route: assigned too recently to be sure its pod is gone"
+            );
+        }
+        if dead.is_empty() {
+            return Ok(());
+        }
+        let released = self
+            .persist(|pool| {
+                let mut muts = Vec::new();
+                let mut released = Vec::new();
+                for a in dead {
+                    if let Some((r, m)) = pool.release(&a.key, now) {
+                        released.push(r.allocation);
+                        muts.extend(m);
+                    }
+                }
+                Ok::<_, PersistError>((released, muts))
+            })
+            .await?;
+        for a in released {
+            info!(
+                ip = %a.ip, attachment = %a.key,
+                "released an address whose pod is gone (its DEL came while ipamd was down)"
+            );
+        }
+        Ok(())
     }
 
     fn log_pool_stats(&self) {

@@ -6,11 +6,12 @@ use std::net::Ipv4Addr;
 
 use cloud::{CloudError, Ec2, Imds, NetworkInterface};
 use ipnetwork::Ipv4Network;
-use pool::{EniInfo, Mutation, StateStore};
+use pool::{EniInfo, Removal, StateStore};
 use tracing::{debug, error, info, warn};
 
-use super::grow::{TAG_INSTANCE_ID, eni_description};
+use super::grow::{TAG_INSTANCE_ID, eni_description, sync_eni};
 use super::{Daemon, StartupError, lock};
+use crate::durability::PersistError;
 use crate::host::HostNetwork;
 use crate::retry::retry_transient;
 
@@ -113,10 +114,11 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         view
     }
 
-    /// Makes the pool and the node agree with EC2: ENIs of ours that are attached are set up
-    /// and their addresses synced (addresses EC2 no longer has are dropped, assigned or not:
-    /// the pod has lost it whatever we do); ENIs that are gone leave the pool and the node, with
-    /// their table and rules. Runs at startup and whenever IMDS disagrees.
+    /// Makes the pool and the node agree with EC2: ENIs that are gone leave the pool and the
+    /// node first (with their table and rules, unless an attached ENI now holds the same device
+    /// number), then the primary ENI's addresses are synced, then every attached ENI of ours is
+    /// set up (idempotent) and synced. Addresses EC2 no longer has are dropped, assigned or
+    /// not: the pod has lost it whatever we do. Runs at startup and whenever IMDS disagrees.
     pub(super) async fn reconcile_with_ec2(&self) -> Result<(), StartupError> {
         let _ec2_ops = self.ec2_ops.lock().await;
         let id = &self.node.identity;
@@ -136,20 +138,58 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             .iter()
             .partition(|e| &e.id == primary_id || is_ours(e, &id.instance_id));
         *lock(&self.unmanaged) = unmanaged.iter().map(|e| e.id.clone()).collect();
-        {
-            // ENIs someone else manages still take slots on the instance.
-            let base = self.node.max_eni.map_or(self.node.instance.max_enis, |m| {
-                m.min(self.node.instance.max_enis)
-            });
-            lock(&self.limits).max_enis = base.saturating_sub(unmanaged.len() as u32).max(1);
+        // ENIs someone else manages still take slots on the instance.
+        lock(&self.limits).max_enis = self
+            .node
+            .max_enis
+            .saturating_sub(unmanaged.len() as u32)
+            .max(1);
+
+        // ENIs the pool holds that the instance no longer has: out before anything is set up,
+        // so that tearing one down cannot undo the setup of its successor at the same index.
+        let attached_ids: BTreeSet<&str> = ours.iter().map(|e| e.id.as_str()).collect();
+        let attached_devices: BTreeSet<u32> = ours
+            .iter()
+            .filter_map(|e| e.attachment.as_ref().map(|a| a.device_index))
+            .collect();
+        let gone = self
+            .persist(|pool| {
+                let gone: Vec<EniInfo> = pool
+                    .enis()
+                    .filter(|e| !attached_ids.contains(e.id.as_str()))
+                    .cloned()
+                    .collect();
+                let mut muts = Vec::new();
+                for eni in &gone {
+                    if let Ok((dropped, m)) = pool.remove_eni(&eni.id, Removal::Force) {
+                        for a in &dropped {
+                            error!(eni = %eni.id, ip = %a.ip, attachment = %a.key, "ENI detached in EC2: its pod has lost its address");
+                        }
+                        muts.extend(m);
+                    }
+                }
+                Ok::<_, PersistError>((gone, muts))
+            })
+            .await?;
+        for eni in gone {
+            info!(eni = %eni.id, device = eni.device_number, "ENI no longer attached: removed from the pool");
+            let keep_table = attached_devices.contains(&eni.device_number);
+            match self
+                .host
+                .teardown_eni(eni.device_number, eni.primary_ip, keep_table)
+                .await
+            {
+                Ok(changes) => super::log_changes(&format!("teardown of ENI {}", eni.id), &changes),
+                Err(e) => {
+                    error!(eni = %eni.id, error = %e, "removing the ENI's table and rules failed")
+                }
+            }
         }
 
-        // The primary ENI: its record and addresses.
-        let seq = {
-            let mut pool = lock(&self.pool);
-            let created_at = pool
-                .eni(primary_id)
-                .map_or_else(|| self.clock.now(), |e| e.created_at);
+        // The primary ENI: its record and what it holds.
+        let now = self.clock.now();
+        self.persist(|pool| {
+            let created_at = pool.eni(primary_id).map_or(now, |e| e.created_at);
             let mut muts = pool.upsert_eni(EniInfo {
                 id: primary_id.clone(),
                 device_number: 0,
@@ -159,16 +199,12 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 subnet_cidr: id.primary_eni.subnet_cidr,
                 created_at,
             });
-            muts.extend(sync_addresses(
-                &mut pool,
-                primary_id,
-                &primary.secondary_ips,
-            ));
-            self.durable.apply(&muts)?
-        };
-        self.durable.wait(seq).await?;
+            muts.extend(sync_eni(pool, primary));
+            Ok::<_, PersistError>(((), muts))
+        })
+        .await?;
 
-        // Secondary ENIs of ours: set up on the node (idempotent), then addresses synced.
+        // Secondary ENIs of ours: set up on the node, then synced.
         for eni in ours.iter().filter(|e| &e.id != primary_id) {
             let Some(device) = eni.attachment.as_ref().map(|a| a.device_index) else {
                 continue;
@@ -179,49 +215,6 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             };
             if let Err(e) = self.configure_eni(eni, device, cidr).await {
                 error!(eni = %eni.id, device, error = %e, "setting up an attached ENI failed");
-                continue;
-            }
-            let seq = {
-                let mut pool = lock(&self.pool);
-                let mut muts = sync_addresses(&mut pool, &eni.id, &eni.secondary_ips);
-                muts.extend(sync_prefixes(&mut pool, &eni.id, &eni.prefixes));
-                self.durable.apply(&muts)?
-            };
-            self.durable.wait(seq).await?;
-        }
-
-        // ENIs the pool holds that the instance no longer has.
-        let attached_ids: BTreeSet<&str> = ours.iter().map(|e| e.id.as_str()).collect();
-        let (gone, seq) = {
-            let mut pool = lock(&self.pool);
-            let gone: Vec<EniInfo> = pool
-                .enis()
-                .filter(|e| !attached_ids.contains(e.id.as_str()))
-                .cloned()
-                .collect();
-            let mut muts = Vec::new();
-            for eni in &gone {
-                if let Ok((dropped, m)) = pool.remove_eni(&eni.id, true) {
-                    for a in &dropped {
-                        error!(eni = %eni.id, ip = %a.ip, attachment = %a.key, "ENI detached in EC2: its pod has lost its address");
-                    }
-                    muts.extend(m);
-                }
-            }
-            (gone, self.durable.apply(&muts)?)
-        };
-        self.durable.wait(seq).await?;
-        for eni in gone {
-            info!(eni = %eni.id, device = eni.device_number, "ENI no longer attached: removed from the pool");
-            match self
-                .host
-                .teardown_eni(eni.device_number, eni.primary_ip)
-                .await
-            {
-                Ok(changes) => super::log_changes(&format!("teardown of ENI {}", eni.id), &changes),
-                Err(e) => {
-                    error!(eni = %eni.id, error = %e, "removing the ENI's table and rules failed")
-                }
             }
         }
         self.log_pool_stats();
@@ -247,76 +240,6 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
 
 /// ENI id -> its secondary /32s and its prefixes.
 type View = BTreeMap<String, (BTreeSet<Ipv4Addr>, BTreeSet<Ipv4Network>)>;
-
-/// Mutations making the pool's prefixes on `eni_id` equal to `ec2_prefixes`.
-fn sync_prefixes(
-    pool: &mut pool::Pool,
-    eni_id: &str,
-    ec2_prefixes: &[Ipv4Network],
-) -> Vec<Mutation> {
-    let ec2: BTreeSet<Ipv4Network> = ec2_prefixes.iter().copied().collect();
-    let held: BTreeSet<Ipv4Network> = pool.prefixes(eni_id).collect();
-    let mut muts = Vec::new();
-    for prefix in held.difference(&ec2) {
-        if let Ok((taken, m)) = pool.remove_prefix(*prefix, true) {
-            for a in taken {
-                error!(ip = %a.ip, %prefix, eni = eni_id, attachment = %a.key, "prefix of a live attachment is no longer on its ENI in EC2; dropped");
-            }
-            muts.extend(m);
-        }
-    }
-    let missing: Vec<Ipv4Network> = ec2.difference(&held).copied().collect();
-    if !missing.is_empty() {
-        info!(
-            count = missing.len(),
-            eni = eni_id,
-            "adopted prefixes EC2 holds on the ENI"
-        );
-        match pool.add_prefixes(eni_id, &missing) {
-            Ok(m) => muts.extend(m),
-            Err(e) => warn!(eni = eni_id, error = %e, "could not adopt prefixes"),
-        }
-    }
-    muts
-}
-
-/// Mutations making the pool's secondary /32s on `eni_id` equal to `ec2_ips` (addresses of
-/// prefixes are the prefixes' business).
-fn sync_addresses(pool: &mut pool::Pool, eni_id: &str, ec2_ips: &[Ipv4Addr]) -> Vec<Mutation> {
-    let ec2: BTreeSet<Ipv4Addr> = ec2_ips.iter().copied().collect();
-    let held: BTreeSet<Ipv4Addr> = pool
-        .addresses(eni_id)
-        .filter(|(_, slot)| slot.prefix.is_none())
-        .map(|(ip, _)| ip)
-        .collect();
-    let mut muts = Vec::new();
-    for ip in held.difference(&ec2) {
-        if let Ok((taken, m)) = pool.remove_address(*ip, true) {
-            match taken {
-                Some(a) => {
-                    error!(ip = %ip, eni = eni_id, attachment = %a.key, "address of a live attachment is no longer on its ENI in EC2; dropped")
-                }
-                None => {
-                    info!(ip = %ip, eni = eni_id, "dropped address EC2 no longer has on the ENI")
-                }
-            }
-            muts.extend(m);
-        }
-    }
-    let missing: Vec<Ipv4Addr> = ec2.difference(&held).copied().collect();
-    if !missing.is_empty() {
-        info!(
-            count = missing.len(),
-            eni = eni_id,
-            "adopted addresses EC2 holds on the ENI"
-        );
-        match pool.add_addresses(eni_id, &missing) {
-            Ok(m) => muts.extend(m),
-            Err(e) => warn!(eni = eni_id, error = %e, "could not adopt addresses"),
-        }
-    }
-    muts
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,5 +1,5 @@
-//! The plugin's requests: ADD, DEL, CHECK, STATUS, GC. Each change is applied to the store under
-//! the pool lock and the reply waits for a (shared) flush.
+//! The plugin's requests: ADD, DEL, CHECK, STATUS, GC. Each change is committed to the store
+//! under the pool lock and the reply waits for a (shared) flush.
 
 use std::collections::HashSet;
 
@@ -10,10 +10,17 @@ use tracing::{debug, info, warn};
 
 use super::{Daemon, lock};
 use crate::convert;
+use crate::durability::PersistError;
 use crate::host::HostNetwork;
 
 fn internal(e: impl std::fmt::Display) -> DaemonError {
     DaemonError::new(ErrorKind::Internal, e.to_string())
+}
+
+impl From<PersistError> for DaemonError {
+    fn from(e: PersistError) -> Self {
+        internal(e)
+    }
 }
 
 impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
@@ -28,35 +35,6 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         }
     }
 
-    async fn persist(&self, seq: u64) -> Result<(), DaemonError> {
-        self.durable.wait(seq).await.map_err(internal)
-    }
-
-    /// Assigns under the pool lock and applies the change to the store; returns the
-    /// allocation, whether the attachment held it already, and the batch to wait for.
-    fn assign_now(
-        &self,
-        key: &pool::AttachmentKey,
-        pod: &pool::PodInfo,
-        now: Timestamp,
-    ) -> Result<Result<(pool::Allocated, bool, u64), AssignError>, DaemonError> {
-        let mut pool = lock(&self.pool);
-        let existing = pool.get(key).is_some();
-        match pool.assign(key, pod, now) {
-            Ok((allocated, muts)) => match self.durable.apply(&muts) {
-                Ok(seq) => Ok(Ok((allocated, existing, seq))),
-                Err(e) => {
-                    // Nothing reached the store: take the assignment back.
-                    if !existing {
-                        pool.unassign_unused(key);
-                    }
-                    Err(internal(e))
-                }
-            },
-            Err(e) => Ok(Err(e)),
-        }
-    }
-
     /// ADD. With no address free but the pool able to grow, the ADD waits (up to
     /// `IPAMD_ADD_WAIT`) for the addresses the controller is getting, instead of sending the
     /// runtime away to retry: that is what keeps a pod on a cold node out of ContainerCreating.
@@ -68,7 +46,15 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         let mut grown = self.grown.subscribe();
         let (allocated, existing, seq) = loop {
             let now = self.clock.now();
-            match self.assign_now(&key, &pod, now)? {
+            let attempt = {
+                let mut pool = lock(&self.pool);
+                let existing = pool.get(&key).is_some();
+                match pool.assign(&key, &pod, now) {
+                    Ok((allocated, muts)) => Ok((allocated, existing, self.commit(&pool, &muts)?)),
+                    Err(e) => Err(e),
+                }
+            };
+            match attempt {
                 Ok(done) => break done,
                 Err(e) => {
                     self.kick.notify_one();
@@ -84,15 +70,9 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 }
             }
         };
-        if let Err(e) = self.persist(seq).await {
-            if !existing {
-                let mut pool = lock(&self.pool);
-                if let Some(m) = pool.unassign_unused(&key) {
-                    let _ = self.durable.apply(&m);
-                }
-            }
-            return Err(e);
-        }
+        // A failed flush leaves the assignment in place: the runtime retries the ADD (which
+        // gets the same address) or sends DEL, and the next commit writes it.
+        self.durable.wait(seq).await?;
         // The pool may have dropped below its target: let the controller look now.
         self.kick.notify_one();
         info!(
@@ -108,10 +88,12 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
 
     fn no_address(&self, key: &pool::AttachmentKey, e: AssignError, now: Timestamp) -> DaemonError {
         self.kick.notify_one();
-        let growth = match (self.can_grow(now), self.last_growth_error()) {
-            (Err(why), _) => why,
-            (Ok(()), Some(last)) => format!("the pool is growing (last attempt: {last})"),
-            (Ok(()), None) => "the pool is growing, retry shortly".to_string(),
+        let growth = match self.can_grow(now) {
+            Err(why) => why,
+            Ok(()) => match self.last_growth_error() {
+                Some(last) => format!("the pool is growing (last attempt: {last})"),
+                None => "the pool is growing, retry shortly".to_string(),
+            },
         };
         let message = format!("no address for {key}: {e}; {growth}");
         warn!("{message}");
@@ -121,34 +103,35 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     async fn del(&self, r: proto::DelRequest) -> Result<Reply, DaemonError> {
         let key = convert::key(&r.key);
         let now = self.clock.now();
-        let (released, seq) = {
-            let mut pool = lock(&self.pool);
-            match pool.release(&key, now) {
-                Some((released, muts)) => {
-                    (Some(released), self.durable.apply(&muts).map_err(internal)?)
-                }
-                None => (None, self.durable.seen()),
-            }
-        };
-        self.persist(seq).await?;
+        let released = self
+            .persist(|pool| {
+                let Some(allocated) = pool.get(&key) else {
+                    return Ok((None, Vec::new()));
+                };
+                // An address whose wiring failed never reached a pod: nothing to cool down.
+                let muts = if r.reason == proto::DelReason::SetupFailed {
+                    pool.unassign_unused(&key).unwrap_or_default()
+                } else {
+                    pool.release(&key, now).map(|(_, m)| m).unwrap_or_default()
+                };
+                Ok::<_, DaemonError>((Some(allocated), muts))
+            })
+            .await?;
         // The pool may now be above its target: let the controller look.
         self.kick.notify_one();
         match &released {
-            Some(rel) => info!(
-                attachment = %key, ip = %rel.allocation.ip, reason = ?r.reason,
-                cooling_for = ?now.until(rel.cooling_until), "released address"
-            ),
+            Some(a) => info!(attachment = %key, ip = %a.ip, reason = ?r.reason, "released address"),
             None => debug!(attachment = %key, "DEL of an attachment that holds nothing"),
         }
         Ok(Reply::Del(proto::DelReply {
-            released: released.map(|r| convert::allocation(&r.allocation)),
+            released: released.map(|a| convert::allocation(&a)),
         }))
     }
 
     async fn check(&self, r: proto::CheckRequest) -> Result<Reply, DaemonError> {
         let key = convert::key(&r.key);
         let found = lock(&self.pool).get(&key);
-        self.persist(self.durable.seen()).await?;
+        self.durable.wait(self.durable.seen()).await?;
         match found {
             Some(a) => Ok(Reply::Check(proto::CheckReply {
                 allocation: convert::allocation(&a),
@@ -187,12 +170,9 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             .map(|v| (v.container_id, v.ifname))
             .collect();
         let now = self.clock.now();
-        let (released, seq) = {
-            let mut pool = lock(&self.pool);
-            let (released, muts) = pool.gc(&r.network, &valid, now);
-            (released, self.durable.apply(&muts).map_err(internal)?)
-        };
-        self.persist(seq).await?;
+        let released = self
+            .persist(|pool| Ok::<_, DaemonError>(pool.gc(&r.network, &valid, now)))
+            .await?;
         for rel in &released {
             info!(attachment = %rel.allocation.key, ip = %rel.allocation.ip, "GC released address");
         }

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use cloud::fake::{FakeEc2, FakeImds};
 use cloud::{Attachment, EniMetadata, NetworkInterface, NodeIdentity};
-use ipam_proto::{AttachmentKey, PodMeta};
+use ipam_proto::{
+    AddRequest, Allocation, AttachmentKey, DelReason, DelRequest, PodMeta, Reply, Request,
+};
 use ipamd::config::Config;
 use ipamd::host::{HostError, HostNetwork, NodeNet};
 use ipamd::{Daemon, Parts};
@@ -113,6 +115,8 @@ pub fn ec2(ipv4_per_eni: u32, subnet: &str) -> Arc<FakeEc2> {
 pub struct RecordingHost {
     calls: Mutex<Vec<String>>,
     pub missing_links: AtomicU32,
+    /// Addresses no pod on the node routes to any more (their pods are gone).
+    pub gone: Mutex<std::collections::BTreeSet<Ipv4Addr>>,
 }
 
 impl RecordingHost {
@@ -149,9 +153,20 @@ impl HostNetwork for RecordingHost {
         Ok(vec![])
     }
 
-    async fn teardown_eni(&self, device: u32, ip: Ipv4Addr) -> Result<Vec<String>, HostError> {
-        self.record(format!("teardown eni device {device} ip {ip}"));
+    async fn teardown_eni(
+        &self,
+        device: u32,
+        ip: Ipv4Addr,
+        keep_table: bool,
+    ) -> Result<Vec<String>, HostError> {
+        let table = if keep_table { " keeping table" } else { "" };
+        self.record(format!("teardown eni device {device} ip {ip}{table}"));
         Ok(vec![])
+    }
+
+    async fn unrouted(&self, ips: Vec<Ipv4Addr>) -> Result<Vec<Ipv4Addr>, HostError> {
+        let gone = self.gone.lock().unwrap();
+        Ok(ips.into_iter().filter(|ip| gone.contains(ip)).collect())
     }
 }
 
@@ -214,5 +229,39 @@ pub fn pod(n: u32) -> PodMeta {
         namespace: "default".into(),
         name: format!("pod{n}"),
         ..Default::default()
+    }
+}
+
+pub fn add(n: u32) -> Request {
+    Request::Add(AddRequest {
+        key: key(n),
+        pod: pod(n),
+        netns: format!("/run/netns/pod{n}"),
+    })
+}
+
+pub fn del(n: u32) -> Request {
+    Request::Del(DelRequest {
+        key: key(n),
+        pod: pod(n),
+        reason: DelReason::PodDeleted,
+    })
+}
+
+/// The address `d` gives pod `n`, which must get one.
+pub async fn allocate(d: &TestDaemon, n: u32) -> Allocation {
+    match d.handle(add(n)).await.unwrap() {
+        Reply::Add(r) => r.allocation,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// [`key`] as the pool names it.
+pub fn pool_key(n: u32) -> pool::AttachmentKey {
+    let k = key(n);
+    pool::AttachmentKey {
+        network: k.network,
+        container_id: k.container_id,
+        ifname: k.ifname,
     }
 }

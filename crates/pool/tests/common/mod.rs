@@ -208,7 +208,10 @@ impl Sim {
                         "released {ip} in state {slot:?} at {:?}",
                         self.now
                     );
-                    let (taken, _) = self.pool.remove_address(*ip, false).unwrap();
+                    let (taken, _) = self
+                        .pool
+                        .remove_address(*ip, Removal::IfUnused(self.now))
+                        .unwrap();
                     assert!(taken.is_none());
                 }
             }
@@ -226,7 +229,10 @@ impl Sim {
                         members.iter().all(|(_, s)| s.is_available(self.now)),
                         "released {prefix} with members {members:?}"
                     );
-                    let (taken, _) = self.pool.remove_prefix(*prefix, false).unwrap();
+                    let (taken, _) = self
+                        .pool
+                        .remove_prefix(*prefix, Removal::IfUnused(self.now))
+                        .unwrap();
                     assert!(taken.is_empty());
                 }
             }
@@ -243,7 +249,10 @@ impl Sim {
                         "freed {eni_id} with {ip} in state {slot:?}"
                     );
                 }
-                let (dropped, _) = self.pool.remove_eni(eni_id, false).unwrap();
+                let (dropped, _) = self
+                    .pool
+                    .remove_eni(eni_id, Removal::IfUnused(self.now))
+                    .unwrap();
                 assert!(dropped.is_empty());
                 self.freed.push(eni_id.clone());
             }
