@@ -40,7 +40,8 @@ pub enum DelFailure {
     NothingHeld,
     /// ipamd could not be asked (down, connection lost, timed out, unusable reply). Tear down
     /// locally from `prevResult` and succeed: failing would wedge sandbox removal for as long
-    /// as ipamd is away, and ipamd reclaims addresses of pods that are gone when it is back.
+    /// as ipamd is away. ipamd releases, when it starts, every address whose route is gone
+    /// from the node, and the runtime's GC catches the rest.
     Unreachable,
     /// ipamd answered with an error (e.g. its store failed): tear down locally, then fail
     /// with this error so the runtime retries the DEL and ipamd gets to release the address.

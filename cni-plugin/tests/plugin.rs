@@ -285,7 +285,7 @@ fn del_without_netns_prev_result_or_ipamd_succeeds() {
             .run();
         out.ok_silent();
         assert!(
-            out.stderr.contains("ipamd will reclaim the address"),
+            out.stderr.contains("released once the pod's route is gone"),
             "{}",
             out.stderr
         );

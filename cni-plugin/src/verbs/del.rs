@@ -81,7 +81,8 @@ pub fn run(att: &Attachment, client: &Client) -> Result<(), CniError> {
                     }
                     None => warn!(
                         "ipamd unavailable ({e}) and no usable prevResult for {}: nothing to tear \
-                         down here; ipamd will reclaim the address when it is back",
+                         down here; the address is released once the pod's route is gone \
+                         (at ipamd's next start) or by the runtime's GC",
                         att.key
                     ),
                 }
