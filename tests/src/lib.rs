@@ -41,7 +41,12 @@ pub fn bin_dir() -> PathBuf {
 }
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    // Read at run time: clones share one target dir outside the tree, and cargo may reuse a
+    // test binary built in another clone whose compile-time path no longer exists.
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest_dir
         .parent()
         .expect("repo")
         .to_path_buf()

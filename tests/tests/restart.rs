@@ -44,6 +44,9 @@ fn sigkill_and_restart_keep_every_assignment_and_cooldown() {
 
     let after = vbox.status(1);
     assert_eq!(after.pool, before.pool, "the pool came back exactly");
+    // The live pods' routes were found: nothing was taken for a dead pod's.
+    let log = std::fs::read_to_string(&node.ipamd_log).unwrap();
+    assert!(!log.contains("without a route"), "{log}");
     // Live pods: ipamd still holds their addresses, and their wiring checks out.
     for (pod, result) in pods.iter().zip(&results).take(2) {
         pod.cni("CHECK")
@@ -99,9 +102,18 @@ fn del_succeeds_and_cleans_the_host_while_ipamd_is_down() {
         .run()
         .ok_silent();
 
-    // ipamd missed the DEL; when back, the runtime's GC hands the address back.
+    // ipamd missed the DEL. When back it finds the pod's route gone, but the address was
+    // assigned too recently to be sure no ADD is still wiring it (DEAD_POD_GRACE), so it is
+    // kept and the runtime's GC hands it back. (Older ones are released at startup: see
+    // ipamd/tests/recovery.rs.)
     vbox.start_ipamd(1);
     assert_eq!(vbox.status(1).pool.assigned, 1);
+    let log = std::fs::read_to_string(&node.ipamd_log).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("kept an address without a route") && l.contains(&ip)),
+        "{log}"
+    );
     let gc = conf("1.1.0", &socket, json!({ "cni.dev/valid-attachments": [] }));
     e2e::Cni::new("GC", node).stdin(gc).run().ok_silent();
     assert_eq!(vbox.status(1).pool.assigned, 0);
