@@ -46,10 +46,7 @@ fn repo() -> PathBuf {
     let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    manifest_dir
-        .parent()
-        .expect("repo")
-        .to_path_buf()
+    manifest_dir.parent().expect("repo").to_path_buf()
 }
 
 /// Runs a command bounded to `secs` seconds (coreutils timeout), returning its output.
