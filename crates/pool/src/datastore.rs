@@ -562,6 +562,62 @@ impl Pool {
         Ok((allocation, vec![Mutation::PutAddr(persisted)]))
     }
 
+    /// Records that `key` already holds `ip`, assigned at `assigned_at` by someone else (the
+    /// Go CNI's checkpoint, when a node switches from aws-node): the pod keeps its address.
+    /// The address must be in the pool and free, or already held by `key`; a cooling address
+    /// is taken too, since its pod has been using it all along.
+    pub fn adopt(
+        &mut self,
+        key: &AttachmentKey,
+        pod: &PodInfo,
+        ip: Ipv4Addr,
+        assigned_at: Timestamp,
+    ) -> Result<(Allocated, Vec<Mutation>), PoolError> {
+        if let Some(existing) = self.get(key) {
+            if existing.ip == ip {
+                return Ok((existing, Vec::new()));
+            }
+            return Err(PoolError::KeyHoldsOther {
+                key: key.to_string(),
+                held: existing.ip,
+            });
+        }
+        let eni_id = self
+            .owner
+            .get(&ip)
+            .cloned()
+            .ok_or(PoolError::UnknownAddress(ip))?;
+        let eni = self
+            .enis
+            .get_mut(&eni_id)
+            .ok_or_else(|| PoolError::UnknownEni(eni_id.clone()))?;
+        let slot = eni
+            .addrs
+            .get_mut(&ip)
+            .ok_or(PoolError::UnknownAddress(ip))?;
+        if let Some(holder) = slot.holder() {
+            return Err(PoolError::InUse {
+                ip,
+                holder: holder.to_string(),
+            });
+        }
+        slot.state = SlotState::Assigned {
+            key: key.clone(),
+            pod: pod.clone(),
+            assigned_at,
+        };
+        let persisted = PersistedAddr {
+            ip,
+            eni: eni_id,
+            slot: slot.clone(),
+        };
+        self.by_key.insert(key.clone(), ip);
+        let allocation = self
+            .allocation_at(ip)
+            .ok_or(PoolError::UnknownAddress(ip))?;
+        Ok((allocation, vec![Mutation::PutAddr(persisted)]))
+    }
+
     fn why_not(&self, now: Timestamp) -> AssignError {
         let counts = self.counts(now);
         if counts.total == 0 {

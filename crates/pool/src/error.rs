@@ -69,6 +69,14 @@ pub enum PoolError {
         /// End of its cooldown.
         until: crate::time::Timestamp,
     },
+    /// The attachment already holds another address.
+    #[error("{key} already holds {held}")]
+    KeyHoldsOther {
+        /// The attachment.
+        key: String,
+        /// The address it holds.
+        held: Ipv4Addr,
+    },
     /// A prefix to add is not a delegable /28.
     #[error("{0} is not a /28 prefix named by its network address")]
     InvalidPrefix(Ipv4Network),

@@ -21,7 +21,7 @@ pub use model::{
 };
 pub use persist::{MemoryStore, Mutation, PersistedAddr, PersistedState, StateStore};
 pub use plan::{
-    Action, Blocked, MIN_ENI_AGE, NodeLimits, Plan, PlanContext, PoolMode, RELEASE_INTERVAL,
-    Targets, plan,
+    Action, Blocked, Explained, MIN_ENI_AGE, NodeLimits, Plan, PlanContext, PoolMode,
+    RELEASE_INTERVAL, Reason, Standing, Targets, explain, plan,
 };
 pub use time::{Clock, Timestamp};

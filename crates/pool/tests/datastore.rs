@@ -557,3 +557,65 @@ fn a_cooling_address_or_an_eni_holding_one_is_not_given_back() {
     assert!(p.remove_address(a.ip, Removal::IfUnused(later)).is_ok());
     assert!(p.remove_eni("eni-0", Removal::IfUnused(later)).is_ok());
 }
+
+#[test]
+fn an_adopted_address_stays_with_its_pod_and_is_never_handed_out_again() {
+    let mut p = pool_with(3);
+    let pod = PodInfo {
+        namespace: "default".into(),
+        name: "web".into(),
+        ..PodInfo::default()
+    };
+    let (a, muts) = p
+        .adopt(&key(1), &pod, ip("10.0.0.12"), Timestamp(7))
+        .unwrap();
+    assert_eq!(
+        (a.ip, a.assigned_at, a.pod),
+        (ip("10.0.0.12"), Timestamp(7), pod.clone())
+    );
+    assert_eq!(muts.len(), 1);
+    let (again, muts) = p
+        .adopt(&key(1), &pod, ip("10.0.0.12"), Timestamp(7))
+        .unwrap();
+    assert_eq!(again.ip, a.ip);
+    assert!(muts.is_empty(), "adopting twice changes nothing");
+
+    let others: HashSet<_> = (2..=3)
+        .map(|n| {
+            p.assign(&key(n), &PodInfo::default(), Timestamp(9))
+                .unwrap()
+                .0
+                .ip
+        })
+        .collect();
+    assert!(
+        !others.contains(&a.ip),
+        "an ADD never gets the adopted address"
+    );
+}
+
+#[test]
+fn adopting_refuses_what_the_pool_cannot_honour() {
+    let mut p = pool_with(3);
+    let pod = PodInfo::default();
+    assert_eq!(
+        p.adopt(&key(1), &pod, ip("10.9.9.9"), Timestamp(1))
+            .unwrap_err(),
+        PoolError::UnknownAddress(ip("10.9.9.9"))
+    );
+    p.adopt(&key(1), &pod, ip("10.0.0.11"), Timestamp(1))
+        .unwrap();
+    assert!(matches!(
+        p.adopt(&key(2), &pod, ip("10.0.0.11"), Timestamp(1)).unwrap_err(),
+        PoolError::InUse { ip: a, .. } if a == ip("10.0.0.11")
+    ));
+    assert!(matches!(
+        p.adopt(&key(1), &pod, ip("10.0.0.12"), Timestamp(1)).unwrap_err(),
+        PoolError::KeyHoldsOther { held, .. } if held == ip("10.0.0.11")
+    ));
+    assert_eq!(
+        p.counts(Timestamp(2)).assigned,
+        1,
+        "refusals change nothing"
+    );
+}

@@ -2,6 +2,7 @@
 //! next thing to ask of EC2.
 
 mod grow;
+mod reason;
 mod shrink;
 mod targets;
 mod view;
@@ -15,6 +16,7 @@ use ipnetwork::Ipv4Network;
 use crate::datastore::Pool;
 use crate::time::Timestamp;
 
+pub use reason::{Reason, Standing};
 pub use targets::{PoolMode, Targets};
 
 /// Least time between two rounds of giving addresses back (the Go CNI's
@@ -217,29 +219,82 @@ pub struct Plan {
 ///   Go CNI counts only the kind of the current mode, which matters only after switching
 ///   prefix delegation on or off).
 pub fn plan(pool: &Pool, limits: &NodeLimits, targets: &Targets, ctx: PlanContext) -> Plan {
+    explain(pool, limits, targets, ctx).plan
+}
+
+/// A plan and why: [`explain`]'s answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Explained {
+    /// Exactly what [`plan()`] returns for the same arguments.
+    pub plan: Plan,
+    /// Why.
+    pub reason: Reason,
+}
+
+/// [`plan()`] with the reason for its decision, taken from the same comparisons (`plan()` is
+/// this function without the reason, so the two cannot disagree).
+pub fn explain(pool: &Pool, limits: &NodeLimits, targets: &Targets, ctx: PlanContext) -> Explained {
     let view = view::PoolView::new(pool, ctx.now);
+    let standing = Standing::new(&view.totals, limits, targets);
     if let Some(units) = targets.shortfall(&view.totals, limits) {
-        return grow::growth(&view, limits, targets, units);
+        let plan = grow::growth(&view, limits, targets, units);
+        let reason = match plan.blocked {
+            Some(blocked) => Reason::Blocked { standing, blocked },
+            None => Reason::Low(standing),
+        };
+        return Explained { plan, reason };
     }
-    let may_release = ctx
-        .last_release
-        .is_none_or(|t| t.after(RELEASE_INTERVAL) <= ctx.now);
+    let surplus = targets.surplus(&view.totals).map(|s| match s {
+        targets::Surplus::Addresses(n) | targets::Surplus::Prefixes(n) => n,
+    });
+    let next_release = ctx.last_release.map(|t| t.after(RELEASE_INTERVAL));
+    let may_release = next_release.is_none_or(|t| t <= ctx.now);
     if may_release {
         let actions = shrink::releases(&view, targets);
         if !actions.is_empty() {
-            return Plan {
-                actions,
-                blocked: None,
+            return Explained {
+                plan: Plan {
+                    actions,
+                    blocked: None,
+                },
+                reason: Reason::Surplus {
+                    standing,
+                    surplus: surplus.unwrap_or(0),
+                },
             };
         }
     }
-    match shrink::eni_to_free(&view, limits, targets, ctx.now) {
-        Some(eni_id) => Plan {
-            actions: vec![Action::FreeEni {
+    if let Some(eni_id) = shrink::eni_to_free(&view, limits, targets, ctx.now) {
+        return Explained {
+            plan: Plan {
+                actions: vec![Action::FreeEni {
+                    eni_id: eni_id.to_string(),
+                }],
+                blocked: None,
+            },
+            reason: Reason::FreeEni {
+                standing,
                 eni_id: eni_id.to_string(),
-            }],
-            blocked: None,
+            },
+        };
+    }
+    let reason = match (surplus, next_release) {
+        (Some(surplus), Some(next)) if !may_release => Reason::ReleaseWait {
+            standing,
+            surplus,
+            next_in: ctx.now.until(next),
         },
-        None => Plan::default(),
+        (Some(surplus), _) => Reason::SurplusHeld { standing, surplus },
+        (None, _)
+            if targets.mode() == PoolMode::WarmEni
+                && targets.may_free_enis(&view.totals, limits, false) =>
+        {
+            Reason::EnisHeld(standing)
+        }
+        (None, _) => Reason::AtTarget(standing),
+    };
+    Explained {
+        plan: Plan::default(),
+        reason,
     }
 }
