@@ -5,6 +5,13 @@
 //! sled tool. A schema marker guards against reading state written by an incompatible build:
 //! such state is refused with an error, never overwritten.
 
+pub mod checkpoint;
+
+pub use checkpoint::{
+    Checkpoint, CheckpointError, GO_CNI_CHECKPOINT, Imported, SkipReason, SkippedEntry,
+    parse_checkpoint, read_checkpoint,
+};
+
 use std::fs;
 use std::net::Ipv4Addr;
 use std::os::unix::fs::PermissionsExt;
