@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use ipnetwork::Ipv4Network;
@@ -114,15 +114,22 @@ pub struct ThrottleStats {
     pub retries: AtomicU64,
 }
 
+/// Told about every EC2 request [`Throttled`] sends (each retry is a request of its own), for
+/// metrics. Waits for a token are not part of `elapsed`: that is EC2's time alone.
+pub trait CallObserver: Send + Sync {
+    /// `api` (e.g. `AssignPrivateIpAddresses`) took `elapsed` and ended with `error`, if any.
+    fn observe(&self, api: &str, elapsed: Duration, error: Option<&CloudError>);
+}
+
 /// An [`Ec2`] whose calls pass a token bucket per API and are retried with backoff when EC2
 /// throttles them.
-#[derive(Debug)]
 pub struct Throttled<E> {
     inner: E,
     policy: ThrottlePolicy,
     buckets: Mutex<HashMap<&'static str, TokenBucket>>,
     origin: Instant,
     stats: ThrottleStats,
+    observer: Option<Arc<dyn CallObserver>>,
 }
 
 impl<E: Ec2> Throttled<E> {
@@ -134,7 +141,14 @@ impl<E: Ec2> Throttled<E> {
             buckets: Mutex::new(HashMap::new()),
             origin: Instant::now(),
             stats: ThrottleStats::default(),
+            observer: None,
         }
+    }
+
+    /// Reports every request to `observer`.
+    pub fn with_observer(mut self, observer: Arc<dyn CallObserver>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// The wrapped client.
@@ -172,7 +186,12 @@ impl<E: Ec2> Throttled<E> {
                 self.stats.waits.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(wait).await;
             }
-            match f().await {
+            let started = Instant::now();
+            let result = f().await;
+            if let Some(observer) = &self.observer {
+                observer.observe(api, started.elapsed(), result.as_ref().err());
+            }
+            match result {
                 Err(e)
                     if e.kind == CloudErrorKind::Throttled
                         && attempt + 1 < self.policy.attempts =>
@@ -399,6 +418,37 @@ mod tests {
         assert!(ec2.describe_instance_enis("i-1").await.unwrap().is_empty());
         assert_eq!(ec2.stats().retries.load(Ordering::Relaxed), 2);
         assert_eq!(fake.calls().len(), 3);
+    }
+
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<(String, Option<String>)>>);
+
+    impl CallObserver for Recorder {
+        fn observe(&self, api: &str, _elapsed: Duration, error: Option<&CloudError>) {
+            let code = error.and_then(|e| e.code.clone());
+            self.0.lock().unwrap().push((api.to_string(), code));
+        }
+    }
+
+    #[tokio::test]
+    async fn the_observer_sees_every_request_including_retries() {
+        let fake = Arc::new(FakeEc2::default());
+        fake.fail_next("DescribeNetworkInterfaces", vec![throttled("D")]);
+        let recorder = Arc::new(Recorder::default());
+        let ec2 = Throttled::new(Arc::clone(&fake), quick())
+            .with_observer(Arc::clone(&recorder) as Arc<dyn CallObserver>);
+        ec2.describe_instance_enis("i-1").await.unwrap();
+        let seen = recorder.0.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            vec![
+                (
+                    "DescribeNetworkInterfaces".to_string(),
+                    Some("RequestLimitExceeded".to_string())
+                ),
+                ("DescribeNetworkInterfaces".to_string(), None),
+            ]
+        );
     }
 
     #[tokio::test]
