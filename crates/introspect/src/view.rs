@@ -1,0 +1,74 @@
+//! What ipamd shows: a snapshot of its state, taken under its lock.
+
+use pool::{NodeLimits, Pool, PoolMode, Targets, Timestamp};
+
+/// A snapshot ipamd builds under its lock; every endpoint and every scrape reads one.
+#[derive(Clone, Debug)]
+pub struct PoolView {
+    /// The address pool.
+    pub pool: Pool,
+    /// When the snapshot was taken: decides what is cooling.
+    pub now: Timestamp,
+    /// The limits the pool plans with.
+    pub limits: NodeLimits,
+    /// The warm-pool targets.
+    pub targets: Targets,
+    /// When ipamd last gave addresses back (for the release interval).
+    pub last_release: Option<Timestamp>,
+    /// Growth is paused until then after EC2 refused (backoff), if it is.
+    pub growth_paused_until: Option<Timestamp>,
+    /// Why growth last failed, if it did.
+    pub last_error: Option<String>,
+    /// ipamd is ready to serve the plugin.
+    pub ready: bool,
+}
+
+impl PoolView {
+    /// The planner's next step for this snapshot, and why.
+    pub fn explain(&self) -> pool::Explained {
+        pool::explain(
+            &self.pool,
+            &self.limits,
+            &self.targets,
+            pool::PlanContext {
+                now: self.now,
+                last_release: self.last_release,
+            },
+        )
+    }
+
+    /// Most addresses the node can hold: slots per ENI × ENIs, × 16 with prefix delegation
+    /// (the Go CNI's `maxIPsPerENI × maxENI`, `awscni_ip_max`).
+    pub fn max_ips(&self) -> u64 {
+        let per_slot = if self.targets.prefix_delegation {
+            u64::from(pool::ADDRS_PER_PREFIX)
+        } else {
+            1
+        };
+        u64::from(self.limits.secondary_ips_per_eni) * u64::from(self.limits.max_enis) * per_slot
+    }
+
+    /// Delegated prefixes held, over all ENIs.
+    pub fn prefix_count(&self) -> usize {
+        self.pool
+            .enis()
+            .map(|e| self.pool.prefixes(&e.id).count())
+            .sum()
+    }
+
+    /// The targets' mode by the variable that drives it.
+    pub(crate) fn mode_name(&self) -> &'static str {
+        match self.targets.mode() {
+            PoolMode::WarmEni => "WARM_ENI_TARGET",
+            PoolMode::WarmIp => "WARM_IP_TARGET",
+            PoolMode::WarmPrefix => "WARM_PREFIX_TARGET",
+        }
+    }
+}
+
+/// Where the endpoints get their snapshots. `view` is called on a blocking thread
+/// (`tokio::task::spawn_blocking`), so it may block on a lock.
+pub trait Source: Send + Sync + 'static {
+    /// A snapshot of ipamd's state now.
+    fn view(&self) -> PoolView;
+}
