@@ -1,5 +1,5 @@
 //! Where the plugin's log lines go: `pluginLogFile` or stderr, never stdout (stdout carries
-//! only the result or error JSON the runtime parses).
+//! only the result or error JSON the runtime parses). One JSON object per line, as ipamd's.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -48,7 +48,16 @@ pub fn init(file: Option<&str>, level: Option<&str>) {
         }),
     };
     let writer = match file.filter(|f| !f.is_empty()) {
+        // The Go CNI's names for the streams. stdout carries the result, so never logs.
         None => BoxMakeWriter::new(io::stderr),
+        Some(stream) if stream.eq_ignore_ascii_case("stderr") => BoxMakeWriter::new(io::stderr),
+        Some(stream) if stream.eq_ignore_ascii_case("stdout") => {
+            warnings.push(
+                "pluginLogFile stdout would corrupt the result the runtime reads: logging to stderr"
+                    .to_string(),
+            );
+            BoxMakeWriter::new(io::stderr)
+        }
         Some(path) => match open_append(Path::new(path)) {
             Ok(f) => BoxMakeWriter::new(Arc::new(f)),
             Err(e) => {
@@ -61,6 +70,10 @@ pub fn init(file: Option<&str>, level: Option<&str>) {
     };
     // Only fails if a subscriber is already set, which main never does twice.
     let _ = tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_current_span(false)
+        .with_span_list(false)
         .with_writer(writer)
         .with_max_level(max_level)
         .with_ansi(false)

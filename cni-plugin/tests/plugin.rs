@@ -218,6 +218,36 @@ fn add_failures_from_ipamd_name_the_reason() {
     );
     assert!(text.contains(reason), "{text}");
     assert!(out.stderr.is_empty(), "{}", out.stderr);
+    // One JSON object per line, as the Go CNI writes its log.
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(v["level"].is_string() && v["message"].is_string(), "{line}");
+    }
+}
+
+#[test]
+fn plugin_log_file_stderr_names_the_stream_not_a_file() {
+    let ipamd = untouchable();
+    let cwd = tempfile::tempdir().unwrap();
+    let out = Call::attachment("ADD", "c0ffee", "/run/netns/nowhere", "eth0")
+        .cwd(cwd.path())
+        .stdin(conf(
+            "1.0.0",
+            &ipamd.dead_path(),
+            json!({"pluginLogFile": "STDERR"}),
+        ))
+        .run();
+    out.error(11, "ipamd is not reachable");
+    assert!(
+        out.stderr.contains("Received CNI add request"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        std::fs::read_dir(cwd.path()).unwrap().count(),
+        0,
+        "no file named STDERR"
+    );
 }
 
 #[test]

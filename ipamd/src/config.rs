@@ -124,16 +124,52 @@ pub struct Config {
     pub log_level: String,
     /// `AWS_VPC_K8S_CNI_LOG_FILE`.
     pub log_target: LogTarget,
+    /// `AWS_VPC_K8S_CNI_BACKING_STORE`: the Go CNI's checkpoint, read once when a node
+    /// switches from aws-node so its pods keep their addresses.
+    pub go_cni_checkpoint: PathBuf,
 }
 
-/// Variables that parse and validate but that this build does not act on yet; ipamd warns when
-/// one is set so nobody believes it took effect.
-pub const NOT_YET_EFFECTIVE: &[&str] = &[
-    "INTROSPECTION_BIND_ADDRESS",
-    "DISABLE_INTROSPECTION",
-    "METRICS_BIND_ADDRESS",
-    "DISABLE_METRICS",
+/// Go's strconv.ParseBool spellings.
+const TRUE: &[&str] = &["true", "1", "t", "T", "TRUE", "True"];
+const FALSE: &[&str] = &["false", "0", "f", "F", "FALSE", "False"];
+
+/// The Go CNI's variables that ask for something ipamd does not do (IPv6, branch ENIs, custom
+/// networking, multi-card, ...), each with the values that ask for nothing more than ipamd
+/// does. Any other value starts ipamd with a warning, so nobody believes it took effect; the
+/// README's table says why each one is not honoured.
+pub const IGNORED_WITH_WARNING: &[(&str, &[&str])] = &[
+    ("ENABLE_IPv4", TRUE),
+    ("ENABLE_IPv6", FALSE),
+    ("ENABLE_V6_EGRESS", FALSE),
+    ("AWS_EXTERNAL_SERVICE_CIDRS", &[]),
+    ("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", FALSE),
+    ("ENABLE_POD_ENI", FALSE),
+    ("AWS_MANAGE_ENIS_NON_SCHEDULABLE", TRUE),
+    ("DISABLE_NETWORK_RESOURCE_PROVISIONING", FALSE),
+    ("ENABLE_IMDS_ONLY_MODE", FALSE),
+    ("MANAGE_UNTAGGED_ENI", FALSE),
+    ("ANNOTATE_POD_IP", FALSE),
+    (
+        "NETWORK_POLICY_ENFORCING_MODE",
+        &["none", "standard", "NONE", "STANDARD", "Standard", "None"],
+    ),
+    ("ENABLE_MULTI_NIC", FALSE),
+    ("ENABLE_BANDWIDTH_PLUGIN", FALSE),
+    ("DISABLE_POD_V6", FALSE),
+    ("VPC_CNI_VERSION", &[]),
 ];
+
+/// One warning per variable of [`IGNORED_WITH_WARNING`] set to a value ipamd cannot honour.
+pub fn ignored_settings(get: impl Fn(&str) -> Option<String>) -> Vec<String> {
+    IGNORED_WITH_WARNING
+        .iter()
+        .filter_map(|(var, harmless)| {
+            let value = get(var)?.trim().to_string();
+            (!value.is_empty() && !harmless.contains(&value.as_str()))
+                .then(|| format!("{var}={value:?} is not supported by vpc-cni and has no effect"))
+        })
+        .collect()
+}
 
 fn bad(var: &'static str, value: &str, problem: impl Into<String>) -> ConfigError {
     ConfigError {
@@ -279,15 +315,19 @@ impl Config {
         let connmark = match env.raw("AWS_VPC_K8S_CNI_CONNMARK") {
             None => 0x80,
             Some(v) => {
+                // Go's ParseInt(v, 0, ..): 0x hex, a leading 0 octal (0200 is 0x80), else decimal.
                 let parsed = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
                     Some(hex) => u32::from_str_radix(hex, 16).ok(),
+                    None if v.len() > 1 && v.starts_with('0') => {
+                        u32::from_str_radix(v.trim_start_matches(['0', 'o', 'O']), 8).ok()
+                    }
                     None => v.parse().ok(),
                 };
                 parsed.filter(|m| *m != 0).ok_or_else(|| {
                     bad(
                         "AWS_VPC_K8S_CNI_CONNMARK",
                         &v,
-                        "expected a non-zero mark, decimal or 0x-hex",
+                        "expected a non-zero mark: decimal, 0x-hex or 0-octal",
                     )
                 })?
             }
@@ -336,10 +376,15 @@ impl Config {
             )
             .as_str()
         {
-            "stdout" => LogTarget::Stdout,
-            "stderr" => LogTarget::Stderr,
+            // Any case, as the Go CNI lower-cases the value before comparing.
+            s if s.eq_ignore_ascii_case("stdout") => LogTarget::Stdout,
+            s if s.eq_ignore_ascii_case("stderr") => LogTarget::Stderr,
             path => LogTarget::File(PathBuf::from(path)),
         };
+        let go_cni_checkpoint = PathBuf::from(env.string(
+            "AWS_VPC_K8S_CNI_BACKING_STORE",
+            "/var/run/aws-node/ipam.json",
+        ));
 
         Ok(Config {
             socket,
@@ -397,6 +442,7 @@ impl Config {
             disable_leaked_eni_cleanup: env.boolean("DISABLE_LEAKED_ENI_CLEANUP", false)?,
             log_level,
             log_target,
+            go_cni_checkpoint,
         })
     }
 }

@@ -7,9 +7,11 @@ mod convert;
 pub mod daemon;
 mod durability;
 pub mod host;
+pub mod install;
 pub mod logging;
 mod nodenet;
 pub mod retry;
 pub mod server;
+pub mod surface;
 
 pub use daemon::{Daemon, Parts, StartupError};

@@ -1,7 +1,8 @@
-//! Log setup from AWS_VPC_K8S_CNI_LOGLEVEL / AWS_VPC_K8S_CNI_LOG_FILE.
+//! Log setup from AWS_VPC_K8S_CNI_LOGLEVEL / AWS_VPC_K8S_CNI_LOG_FILE: one JSON object per
+//! line (`timestamp`, `level`, `message`, fields, `target`), as the Go CNI writes JSON lines,
+//! so log shippers keep parsing them and greps for its wording keep matching.
 
 use std::fs::{self, OpenOptions};
-use std::io::IsTerminal;
 use std::sync::Mutex;
 
 use tracing_subscriber::EnvFilter;
@@ -15,25 +16,21 @@ pub fn init(config: &Config) -> std::io::Result<()> {
     let filter = EnvFilter::new(format!(
         "warn,ipamd={level},pool={level},store={level},cloud={level}"
     ));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let builder = tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_current_span(false)
+        .with_span_list(false)
+        .with_env_filter(filter);
     match &config.log_target {
-        LogTarget::Stdout => builder
-            .with_ansi(std::io::stdout().is_terminal())
-            .with_writer(std::io::stdout)
-            .init(),
-        LogTarget::Stderr => builder
-            .with_ansi(std::io::stderr().is_terminal())
-            .with_writer(std::io::stderr)
-            .init(),
+        LogTarget::Stdout => builder.with_writer(std::io::stdout).init(),
+        LogTarget::Stderr => builder.with_writer(std::io::stderr).init(),
         LogTarget::File(path) => {
             if let Some(dir) = path.parent() {
                 fs::create_dir_all(dir)?;
             }
             let file = OpenOptions::new().create(true).append(true).open(path)?;
-            builder
-                .with_ansi(false)
-                .with_writer(Mutex::new(file))
-                .init();
+            builder.with_writer(Mutex::new(file)).init();
         }
     }
     Ok(())

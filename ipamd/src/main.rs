@@ -1,18 +1,22 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use cloud::aws::{AwsEc2, AwsImds, Ec2Settings};
 use cloud::throttle::{ThrottlePolicy, Throttled};
+use introspect::{Bind, Metrics};
 use ipamd::clock::SystemClock;
-use ipamd::config::{Config, NOT_YET_EFFECTIVE};
-use ipamd::host::NetlinkHost;
+use ipamd::config::{BindAddress, Config, ignored_settings};
+use ipamd::host::{HostNetwork, NetlinkHost};
+use ipamd::install::{self, CONFLIST_NAME, ConflistSettings};
+use ipamd::surface::{self, DaemonSource, Ec2Metrics};
 use ipamd::{Daemon, Parts, logging, server};
 use store::SledStore;
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 /// How often the controller looks at the pool when nothing asks it to.
@@ -33,13 +37,55 @@ enum Command {
         #[arg(long, env = "IPAMD_SOCKET", default_value = ipam_proto::DEFAULT_SOCKET)]
         socket: PathBuf,
     },
+    /// Set up the node's network (rp_filter, SNAT, connmark, the primary ENI's MTU) and exit:
+    /// the DaemonSet's privileged init container, so ipamd itself needs only NET_ADMIN and
+    /// NET_RAW.
+    Init,
+    /// The DaemonSet's entrypoint: install the plugins into the host, run ipamd, and write the
+    /// conflist into the host once ipamd serves (the runtime reads a conflist as "network
+    /// ready").
+    Entrypoint(Install),
+}
+
+/// Where the entrypoint installs from and to.
+#[derive(clap::Args, Clone)]
+struct Install {
+    /// The plugin binaries to install (every file in the directory).
+    #[arg(long, env = "VPC_CNI_PLUGINS_DIR", default_value = "/app/cni-bin")]
+    plugins: PathBuf,
+    /// The conflist template.
+    #[arg(
+        long,
+        env = "VPC_CNI_CONFLIST",
+        default_value = "/app/10-vpc-cni.conflist"
+    )]
+    conflist: PathBuf,
+    /// The host's CNI bin directory.
+    #[arg(long, env = "HOST_CNI_BIN_PATH", default_value = "/host/opt/cni/bin")]
+    bin_dir: PathBuf,
+    /// The host's CNI conf directory.
+    #[arg(
+        long,
+        env = "HOST_CNI_CONFDIR_PATH",
+        default_value = "/host/etc/cni/net.d"
+    )]
+    conf_dir: PathBuf,
+}
+
+/// The conflist to write once ipamd serves.
+struct PendingConflist {
+    dir: PathBuf,
+    content: String,
 }
 
 fn main() -> ExitCode {
+    let started = Instant::now();
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Health { socket }) => health(socket),
-        None => run(),
+        Some(Command::Init) => init(),
+        Some(Command::Entrypoint(install)) => run(started, Some(install)),
+        None => run(started, None),
     };
     match result {
         Ok(code) => code,
@@ -68,32 +114,149 @@ fn health(socket: PathBuf) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn run() -> anyhow::Result<ExitCode> {
+fn configure() -> anyhow::Result<Config> {
     let config = Config::from_env(|k| std::env::var(k).ok()).context("invalid configuration")?;
     logging::init(&config).context("setting up logging")?;
+    Ok(config)
+}
+
+fn init() -> anyhow::Result<ExitCode> {
+    let config = configure()?;
+    info!(
+        "vpc-cni init {}: setting up the node's network",
+        env!("CARGO_PKG_VERSION")
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let imds = AwsImds::new();
+        let identity =
+            ipamd::retry::retry_transient("IMDS identity", || cloud::node_identity(&imds))
+                .await
+                .context("reading instance metadata")?;
+        let net = ipamd::daemon::node_net(&config, &identity);
+        let changes = NetlinkHost
+            .setup_node(&net)
+            .await
+            .context("setting up the node's network")?;
+        info!(?changes, "node network set up");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn run(started: Instant, install: Option<Install>) -> anyhow::Result<ExitCode> {
+    let config = configure()?;
     info!("Starting vpc-cni ipamd {} ...", env!("CARGO_PKG_VERSION"));
     for key in &config.dropped_eni_tags {
         warn!(
             "ADDITIONAL_ENI_TAGS: tag {key:?} is reserved (contains k8s.amazonaws.com) and is not applied"
         );
     }
-    for var in NOT_YET_EFFECTIVE {
-        if std::env::var(var).is_ok_and(|v| !v.trim().is_empty()) {
-            warn!("{var} is set but has no effect in this version yet");
-        }
+    for warning in ignored_settings(|k| std::env::var(k).ok()) {
+        warn!("{warning}");
     }
+    // Everything the entrypoint needs is checked before ipamd starts: a bad setting fails at
+    // once, not after the node is set up.
+    let pending = install.map(prepare_install).transpose()?;
     // Two workers: ipamd's work is small and latency-bound, and each thread costs memory.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(serve(config))
+    runtime.block_on(serve(config, started, pending))
 }
 
-async fn serve(config: Config) -> anyhow::Result<ExitCode> {
+/// Installs the plugins and renders the conflist (written later, once ipamd serves).
+fn prepare_install(install: Install) -> anyhow::Result<PendingConflist> {
+    let settings = ConflistSettings::from_env(|k| std::env::var(k).ok())?;
+    let template = std::fs::read_to_string(&install.conflist).with_context(|| {
+        format!(
+            "reading the conflist template {}",
+            install.conflist.display()
+        )
+    })?;
+    let content = install::render_conflist(&template, &settings)?;
+    info!(
+        from = %install.plugins.display(), to = %install.bin_dir.display(),
+        "Copying CNI plugin binaries ..."
+    );
+    let installed = install::install_plugins(&install.plugins, &install.bin_dir)?;
+    info!(?installed, "installed the CNI plugins");
+    Ok(PendingConflist {
+        dir: install.conf_dir,
+        content,
+    })
+}
+
+/// Writes the conflist: from now on the runtime sends pods to vpc-cni.
+fn write_conflist(pending: &PendingConflist) -> anyhow::Result<()> {
+    info!("Copying config file ... ");
+    if let Some(retired) = install::retire_go_cni_conflist(&pending.dir)? {
+        warn!(
+            "moved the Go CNI's conflist aside to {}: it would sort first and send pods to aws-cni",
+            retired.display()
+        );
+    }
+    install::write_atomically(
+        &pending.dir,
+        CONFLIST_NAME,
+        pending.content.as_bytes(),
+        0o644,
+    )?;
+    info!(
+        "Successfully copied CNI plugin binary and config file. ({})",
+        pending.dir.join(CONFLIST_NAME).display()
+    );
+    Ok(())
+}
+
+fn bind(address: &BindAddress) -> Bind {
+    match address {
+        BindAddress::Tcp(addr) => Bind::Tcp(*addr),
+        BindAddress::Unix(path) => Bind::Unix(path.clone()),
+    }
+}
+
+/// Serves `router` on `bind` until shutdown. A listener that fails (the port is taken) is
+/// retried with backoff, as the Go CNI does: the endpoints matter less than the pods.
+fn spawn_http(
+    what: &'static str,
+    bind: Bind,
+    router: axum::Router,
+    mut stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut pause = Duration::from_secs(1);
+        loop {
+            info!("Serving {what} on {bind}");
+            let mut until = stop.clone();
+            let shutdown = async move {
+                let _ = until.wait_for(|stopped| *stopped).await;
+            };
+            match introspect::serve(bind.clone(), router.clone(), shutdown).await {
+                Ok(()) => return,
+                Err(e) => error!(error = %e, "{what} failed; retrying in {}s", pause.as_secs()),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = stop.wait_for(|stopped| *stopped) => return,
+            }
+            pause = (pause * 2).min(Duration::from_secs(60));
+        }
+    })
+}
+
+async fn serve(
+    config: Config,
+    started: Instant,
+    pending: Option<PendingConflist>,
+) -> anyhow::Result<ExitCode> {
     let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+    let metrics = Arc::new(Metrics::new(env!("CARGO_PKG_VERSION")).context("registering metrics")?);
 
     let imds = AwsImds::new();
     let identity = ipamd::retry::retry_transient("IMDS identity", || cloud::node_identity(&imds))
@@ -111,9 +274,12 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
         })
         .await,
         ThrottlePolicy::default(),
-    );
+    )
+    .with_observer(Arc::new(Ec2Metrics(Arc::clone(&metrics))));
     let store = Arc::new(SledStore::open(&config.state_dir)?);
-    let daemon = Arc::new(
+    let init_started = Instant::now();
+    let started_daemon = {
+        let _busy = metrics.action_in_progress("nodeInit");
         Daemon::start(
             &config,
             Parts {
@@ -123,14 +289,44 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
                 store,
                 clock: Arc::new(SystemClock),
                 identity,
+                metrics: Arc::clone(&metrics),
             },
         )
-        .await?,
-    );
+        .await
+    };
+    metrics.node_init(init_started.elapsed().as_secs_f64(), started_daemon.is_ok());
+    let daemon = Arc::new(started_daemon?);
 
     let listener = server::bind(&config.socket)
         .with_context(|| format!("binding {}", config.socket.display()))?;
     info!("Serving RPC Handler on unix:{}", config.socket.display());
+
+    let (stop, stopped) = watch::channel(false);
+    let source = Arc::new(DaemonSource(Arc::clone(&daemon)));
+    let mut http = Vec::new();
+    if !config.disable_introspection {
+        let router = introspect::introspection_router(
+            Arc::clone(&source) as Arc<dyn introspect::Source>,
+            surface::network_env(&config),
+            surface::ipamd_env(&config),
+        );
+        let bind = bind(&config.introspection_bind);
+        http.push(spawn_http(
+            "introspection endpoints",
+            bind,
+            router,
+            stopped.clone(),
+        ));
+    }
+    if !config.disable_metrics {
+        let router = introspect::metrics_router(Arc::clone(&metrics), source);
+        let bind = bind(&config.metrics_bind);
+        http.push(spawn_http("metrics", bind, router, stopped.clone()));
+    }
+    if let Some(pending) = &pending {
+        write_conflist(pending).context("installing the conflist")?;
+    }
+    metrics.startup(started.elapsed().as_secs_f64(), true, "");
 
     let controller = {
         let daemon = Arc::clone(&daemon);
@@ -185,6 +381,10 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
         }
     };
     server::serve(listener, Arc::clone(&daemon), 0, shutdown).await;
+    let _ = stop.send(true);
+    for task in http {
+        let _ = task.await;
+    }
     controller.abort();
     reconciler.abort();
     if let Some(task) = leak_cleaner {

@@ -31,6 +31,7 @@ pub struct Call {
     vars: BTreeMap<String, String>,
     stdin: Vec<u8>,
     node: Option<String>,
+    cwd: Option<std::path::PathBuf>,
 }
 
 impl Call {
@@ -43,6 +44,7 @@ impl Call {
             vars,
             stdin: Vec::new(),
             node: None,
+            cwd: None,
         }
     }
 
@@ -82,6 +84,12 @@ impl Call {
         self
     }
 
+    /// The working directory the plugin runs in.
+    pub fn cwd(mut self, dir: &std::path::Path) -> Self {
+        self.cwd = Some(dir.to_path_buf());
+        self
+    }
+
     /// Runs the plugin with `ip netns exec <node>`, so the node namespace is its own.
     pub fn in_node(mut self, node: &str) -> Self {
         self.node = Some(node.into());
@@ -97,6 +105,9 @@ impl Call {
                 c
             }
         };
+        if let Some(dir) = &self.cwd {
+            cmd.current_dir(dir);
+        }
         cmd.env_clear()
             .envs(&self.vars)
             .stdin(Stdio::piped())

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use cloud::{CloudError, CloudErrorKind, CreateEni, Ec2, Imds, NetworkInterface};
 use ipnetwork::Ipv4Network;
 use netops::EniSpec;
-use pool::{Action, EniInfo, Mutation, PlanContext, Pool, Removal, StateStore, Timestamp};
+use pool::{Action, Blocked, EniInfo, Mutation, PlanContext, Pool, Removal, StateStore, Timestamp};
 use tracing::{debug, error, info, warn};
 
 use super::{Daemon, SUBNET_FULL_PAUSE, lock};
@@ -137,11 +137,17 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// planning again after each step (the plan holds one growth step at a time).
     pub async fn grow(&self) {
         let _ec2_ops = self.ec2_ops.lock().await;
+        let _busy = self.metrics.action_in_progress("increaseDatastorePool");
         for _ in 0..ACTIONS_PER_ROUND {
             let now = self.clock.now();
             let plan = self.current_plan(now);
-            if let Some(blocked) = plan.blocked {
-                debug!("pool below target but cannot grow: {blocked}");
+            match plan.blocked {
+                // The Go CNI's wording, which operators grep for.
+                Some(Blocked::MaxEnis { .. }) => {
+                    debug!("Skipping ENI allocation as the max ENI limit is already reached")
+                }
+                Some(blocked) => debug!("pool below target but cannot grow: {blocked}"),
+                None => {}
             }
             let paused = lock(&self.growth).paused_until.is_some_and(|u| now < u);
             let mut releases = Vec::new();
@@ -222,6 +228,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 }
             }
             Err(e) => {
+                self.metrics
+                    .ipamd_error("increaseIPPoolAllocIPAddressesFailed");
                 self.growth_failed(&format!("assigning {more:?} to {eni_id}"), e);
                 false
             }
@@ -257,6 +265,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         let device = match self.free_device_index().await {
             Ok(d) => d,
             Err(e) => {
+                self.metrics.ipamd_error("increaseIPPoolAllocENI");
                 self.growth_failed("finding a free device index", e);
                 return false;
             }
@@ -273,6 +282,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         let eni = match self.ec2.create_network_interface(&request).await {
             Ok(eni) => eni,
             Err(e) => {
+                self.metrics.ipamd_error("increaseIPPoolAllocENI");
                 self.growth_failed("creating an ENI", e);
                 return false;
             }
@@ -285,6 +295,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             Ok(a) => a,
             Err(e) => {
                 self.delete_eni(&eni.id).await;
+                self.metrics.ipamd_error("increaseIPPoolAllocENI");
                 self.growth_failed(&format!("attaching {} at device {device}", eni.id), e);
                 return false;
             }
@@ -297,6 +308,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             // Attached but would outlive the instance: give it back rather than risk a leak.
             warn!(eni = %eni.id, error = %e, "DeleteOnTermination could not be set; freeing the ENI");
             self.detach_and_delete(&eni.id, Some(&attachment)).await;
+            self.metrics.ipamd_error("increaseIPPoolAllocENI");
             self.growth_failed(&format!("setting DeleteOnTermination on {}", eni.id), e);
             return false;
         }
@@ -316,6 +328,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             Err(e) => {
                 // Attached and ours: the reconciliation adopts it once its link is usable.
                 // Meanwhile no further ENI: the next would most likely fare no better.
+                self.metrics.ipamd_error("increaseIPPoolsetupENIFailed");
                 lock(&self.growth).paused_until = Some(self.clock.now().after(LINK_FAILURE_PAUSE));
                 self.record_growth_error(format!(
                     "setting up ENI {} on the node failed ({e}); pausing growth for {}s",
@@ -446,7 +459,10 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                     Ok(()) => {
                         info!(eni = %eni_id, count = gone_ips.len(), "released addresses above target")
                     }
-                    Err(e) => warn!(eni = %eni_id, error = %e, "UnassignPrivateIpAddresses failed"),
+                    Err(e) => {
+                        self.metrics.ipamd_error("decreaseIPPool");
+                        warn!(eni = %eni_id, error = %e, "UnassignPrivateIpAddresses failed")
+                    }
                 }
             }
             if !gone_prefixes.is_empty() {
@@ -458,7 +474,10 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                     Ok(()) => {
                         info!(eni = %eni_id, count = gone_prefixes.len(), "released prefixes above target")
                     }
-                    Err(e) => warn!(eni = %eni_id, error = %e, "unassigning prefixes failed"),
+                    Err(e) => {
+                        self.metrics.ipamd_error("decreaseIPPool");
+                        warn!(eni = %eni_id, error = %e, "unassigning prefixes failed")
+                    }
                 }
             }
         }
@@ -528,7 +547,10 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             .await
         {
             Ok(changes) => super::log_changes(&format!("teardown of ENI {eni_id}"), &changes),
-            Err(e) => error!(eni = eni_id, error = %e, "removing the ENI's table and rules failed"),
+            Err(e) => {
+                self.metrics.ipamd_error("freeENIDeleteRulesFailed");
+                error!(eni = eni_id, error = %e, "removing the ENI's table and rules failed")
+            }
         }
         let attachment = match self
             .ec2
@@ -594,8 +616,11 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         let reason = match e.kind {
             CloudErrorKind::SubnetFull => {
                 lock(&self.growth).paused_until = Some(now.after(SUBNET_FULL_PAUSE));
+                // The first sentence is the Go CNI's, which operators grep for.
                 format!(
-                    "subnet {} is exhausted ({e}); pausing growth for {}s",
+                    "Unable to attach IPs/Prefixes for the ENI, subnet doesn't seem to have enough \
+                     IPs/Prefixes. Consider using new subnet or carve a reserved range using \
+                     create-subnet-cidr-reservation: subnet {} is exhausted ({e}); pausing growth for {}s",
                     self.node.identity.primary_eni.subnet_id,
                     SUBNET_FULL_PAUSE.as_secs()
                 )

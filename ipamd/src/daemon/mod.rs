@@ -4,6 +4,7 @@
 
 mod grow;
 mod leaks;
+mod migrate;
 mod reconcile;
 mod requests;
 
@@ -15,6 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use cloud::{CloudError, Ec2, Imds, InstanceLimits, InstanceTable, NodeIdentity};
+use introspect::{Metrics, PoolView};
 use pool::{Clock, Mutation, NodeLimits, Pool, StateStore, Targets, Timestamp};
 use thiserror::Error;
 use tokio::sync::Notify;
@@ -67,6 +69,11 @@ pub enum StartupError {
     /// The primary ENI is not among the instance's ENIs in EC2.
     #[error("EC2 does not list the primary ENI {0} as attached to this instance")]
     NoPrimaryEni(String),
+    /// The Go CNI's checkpoint is there but unusable.
+    #[error(
+        "{0}; its pods' addresses cannot be migrated from aws-node (fix the file, or remove it if no pod of aws-node is left on the node)"
+    )]
+    Migrate(store::CheckpointError),
     /// Writing state failed.
     #[error(transparent)]
     Persist(#[from] PersistError),
@@ -126,6 +133,7 @@ pub struct Daemon<E, I, H, S> {
     kick: Notify,
     /// Bumped whenever addresses join the pool: ADDs waiting for growth watch it.
     grown: tokio::sync::watch::Sender<u64>,
+    metrics: Arc<Metrics>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -170,6 +178,8 @@ pub struct Parts<E, I, H, S> {
     pub clock: Arc<dyn Clock>,
     /// Who the node is.
     pub identity: NodeIdentity,
+    /// Where counters go.
+    pub metrics: Arc<Metrics>,
 }
 
 /// The pool's targets from the configuration. Prefix delegation needs Nitro or bare metal;
@@ -201,6 +211,22 @@ fn max_pods(config: &Config, instance: &InstanceLimits, targets: &Targets) -> u3
     })
 }
 
+/// The node-wide network settings: the primary ENI from IMDS, the rest from the configuration.
+pub fn node_net(config: &Config, identity: &NodeIdentity) -> NodeNet {
+    NodeNet {
+        primary_mac: identity.primary_eni.mac.clone(),
+        primary_ip: identity.primary_ip,
+        mtu: config.eni_mtu,
+        vpc_cidrs: identity.vpc_cidrs.clone(),
+        exclude_snat_cidrs: config.exclude_snat_cidrs.clone(),
+        external_snat: config.external_snat,
+        randomize: config.randomize_snat,
+        veth_prefix: config.veth_prefix.clone(),
+        connmark: config.connmark,
+        node_port_support: config.node_port_support,
+    }
+}
+
 impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
     /// Starts the daemon; returns once it can serve.
     pub async fn start(config: &Config, parts: Parts<E, I, H, S>) -> Result<Self, StartupError> {
@@ -211,6 +237,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             store,
             clock,
             identity,
+            metrics,
         } = parts;
         let instance = instance_limits(&ec2, &identity.instance_type).await?;
         let targets = targets(config, &instance, &identity.instance_type);
@@ -237,22 +264,13 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             dir: config.state_dir.display().to_string(),
             reason: e.to_string(),
         })?;
+        // A node that has never run ipamd may be switching from aws-node.
+        let first_start = state.enis.is_empty() && state.addrs.is_empty();
         let (pool, fixes, issues) = Pool::restore(state, config.ip_cooldown);
         for issue in &issues {
             warn!(?issue, "stored state repaired");
         }
-        let net = NodeNet {
-            primary_mac: identity.primary_eni.mac.clone(),
-            primary_ip: identity.primary_ip,
-            mtu: config.eni_mtu,
-            vpc_cidrs: identity.vpc_cidrs.clone(),
-            exclude_snat_cidrs: config.exclude_snat_cidrs.clone(),
-            external_snat: config.external_snat,
-            randomize: config.randomize_snat,
-            veth_prefix: config.veth_prefix.clone(),
-            connmark: config.connmark,
-            node_port_support: config.node_port_support,
-        };
+        let net = node_net(config, &identity);
         let daemon = Daemon {
             ec2,
             imds,
@@ -278,6 +296,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             ec2_ops: tokio::sync::Mutex::new(()),
             kick: Notify::new(),
             grown: tokio::sync::watch::Sender::new(0),
+            metrics,
         };
         daemon
             .persist(|_| Ok::<_, PersistError>(((), fixes)))
@@ -298,6 +317,11 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             .map_err(StartupError::NodeNetwork)?;
         log_changes("node network", &changes);
         daemon.reconcile_with_ec2().await?;
+        if first_start {
+            daemon
+                .migrate_from_go_cni(&config.go_cni_checkpoint)
+                .await?;
+        }
         daemon.release_dead_pods().await?;
         daemon.grow().await;
         Ok(daemon)
@@ -313,9 +337,31 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         *lock(&self.limits)
     }
 
-    /// A snapshot of the pool (for tests and, later, introspection).
+    /// A snapshot of the pool (for tests).
     pub fn pool_snapshot(&self) -> Pool {
         lock(&self.pool).clone()
+    }
+
+    /// The counters.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// A snapshot of everything introspection and metrics show.
+    pub fn view(&self) -> PoolView {
+        let now = self.clock.now();
+        let ready = self.not_ready(now).is_none();
+        let growth = lock(&self.growth).clone();
+        PoolView {
+            pool: lock(&self.pool).clone(),
+            now,
+            limits: self.limits(),
+            targets: self.node.targets,
+            last_release: growth.last_release,
+            growth_paused_until: growth.paused_until.filter(|u| now < *u),
+            last_error: growth.last_error,
+            ready,
+        }
     }
 
     /// Waits until something asks the controller to run early (an ADD, a DEL, or an ADD
@@ -420,11 +466,22 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     }
 
     fn log_pool_stats(&self) {
-        let c = lock(&self.pool).counts(self.clock.now());
-        // Worded as the Go CNI's line so operators' greps keep working.
+        let (c, prefixes) = {
+            let pool = lock(&self.pool);
+            let prefixes: usize = pool.enis().map(|e| pool.prefixes(&e.id).count()).sum();
+            (pool.counts(self.clock.now()), prefixes)
+        };
+        // Worded as the Go CNI's lines so operators' greps keep working. Every ENI is on
+        // network card 0: multi-card instances are not managed.
+        let kind = if self.node.targets.prefix_delegation {
+            "Prefix"
+        } else {
+            "IP"
+        };
         info!(
-            "IP pool stats: Total IPs = {}, AssignedIPs/CooldownIPs: {}/{}, c.maxIPsPerENI = {}",
+            "{kind} pool stats for network card 0: Total IPs/Prefixes = {}/{}, AssignedIPs/CooldownIPs: {}/{}, c.maxIPsPerENI = {}",
             c.total,
+            prefixes,
             c.assigned,
             c.cooling,
             self.limits().secondary_ips_per_eni

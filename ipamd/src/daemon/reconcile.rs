@@ -42,7 +42,9 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             }
             Err(e) => warn!(error = %e, "reading ENIs from IMDS failed; asking EC2"),
         }
+        let _busy = self.metrics.action_in_progress("nodeIPPoolReconcile");
         if let Err(e) = self.reconcile_with_ec2().await {
+            self.metrics.ipamd_error("reconcileFailedGetENIs");
             warn!("reconciliation failed: {e}");
         }
     }
@@ -162,6 +164,10 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 let mut muts = Vec::new();
                 for eni in &gone {
                     if let Ok((dropped, m)) = pool.remove_eni(&eni.id, Removal::Force) {
+                        if !dropped.is_empty() {
+                            self.metrics.force_removed_eni();
+                            self.metrics.force_removed_ips(dropped.len() as u64);
+                        }
                         for a in &dropped {
                             error!(eni = %eni.id, ip = %a.ip, attachment = %a.key, "ENI detached in EC2: its pod has lost its address");
                         }
@@ -172,6 +178,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             })
             .await?;
         for eni in gone {
+            self.metrics.reconcile("eniReconcileDel");
             info!(eni = %eni.id, device = eni.device_number, "ENI no longer attached: removed from the pool");
             let keep_table = attached_devices.contains(&eni.device_number);
             match self
@@ -213,8 +220,13 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 warn!(eni = %eni.id, subnet = %eni.subnet_id, "subnet CIDR not known yet; the ENI waits for the next reconciliation");
                 continue;
             };
-            if let Err(e) = self.configure_eni(eni, device, cidr).await {
-                error!(eni = %eni.id, device, error = %e, "setting up an attached ENI failed");
+            let known = lock(&self.pool).eni(&eni.id).is_some();
+            match self.configure_eni(eni, device, cidr).await {
+                Ok(()) if !known => self.metrics.reconcile("eniReconcileAdd"),
+                Ok(()) => {}
+                Err(e) => {
+                    error!(eni = %eni.id, device, error = %e, "setting up an attached ENI failed")
+                }
             }
         }
         self.log_pool_stats();

@@ -27,8 +27,22 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// Handles one plugin request.
     pub async fn handle(&self, req: Request) -> Result<Reply, DaemonError> {
         match req {
-            Request::Add(r) => self.add(r).await,
-            Request::Del(r) => self.del(r).await,
+            Request::Add(r) => {
+                self.metrics.add_request();
+                let started = std::time::Instant::now();
+                let reply = self.add(r).await;
+                self.metrics
+                    .add_latency(started.elapsed().as_secs_f64(), reply.is_ok());
+                reply
+            }
+            Request::Del(r) => {
+                // The Go CNI's reasons, as its metric labels them.
+                self.metrics.del_request(match r.reason {
+                    proto::DelReason::SetupFailed => "SetupNSFailed",
+                    proto::DelReason::PodDeleted => "PodDeleted",
+                });
+                self.del(r).await
+            }
             Request::Check(r) => self.check(r).await,
             Request::Status => Ok(self.status()),
             Request::Gc(r) => self.gc(r).await,
@@ -95,6 +109,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 None => "the pool is growing, retry shortly".to_string(),
             },
         };
+        self.metrics.no_available_ip();
         let message = format!("no address for {key}: {e}; {growth}");
         warn!("{message}");
         DaemonError::new(ErrorKind::NoAddresses, message)
@@ -145,21 +160,25 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
 
     fn status(&self) -> Reply {
         let now = self.clock.now();
-        let counts = lock(&self.pool).counts(now);
-        let reason = if counts.available > 0 {
-            None
-        } else {
-            self.can_grow(now).err().map(|why| {
-                format!(
-                    "no address available ({} assigned, {} cooling) and the pool cannot grow: {why}",
-                    counts.assigned, counts.cooling
-                )
-            })
-        };
+        let reason = self.not_ready(now);
         Reply::Status(proto::StatusReply {
             ready: reason.is_none(),
             reason,
-            pool: convert::counts(counts),
+            pool: convert::counts(lock(&self.pool).counts(now)),
+        })
+    }
+
+    /// Why an ADD now would fail, if it would: no address free and none coming.
+    pub(super) fn not_ready(&self, now: Timestamp) -> Option<String> {
+        let counts = lock(&self.pool).counts(now);
+        if counts.available > 0 {
+            return None;
+        }
+        self.can_grow(now).err().map(|why| {
+            format!(
+                "no address available ({} assigned, {} cooling) and the pool cannot grow: {why}",
+                counts.assigned, counts.cooling
+            )
         })
     }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use cloud::fake::{FakeEc2, FakeImds};
 use cloud::{Attachment, EniMetadata, NetworkInterface, NodeIdentity};
+use introspect::Metrics;
 use ipam_proto::{
     AddRequest, Allocation, AttachmentKey, DelReason, DelRequest, PodMeta, Reply, Request,
 };
@@ -49,6 +50,11 @@ pub fn config(state_dir: &Path, env: &[(&str, &str)]) -> Config {
             state_dir.join("ipamd.sock").display().to_string(),
         ),
         ("AWS_VPC_K8S_CNI_LOG_FILE", "stderr".to_string()),
+        // Never the machine's own aws-node checkpoint.
+        (
+            "AWS_VPC_K8S_CNI_BACKING_STORE",
+            state_dir.join("aws-node-ipam.json").display().to_string(),
+        ),
         // No controller runs in these tests unless one is started: do not wait long for it.
         ("IPAMD_ADD_WAIT", "100".to_string()),
     ]
@@ -211,6 +217,7 @@ pub async fn start_with(
             store,
             clock: Arc::clone(clock) as Arc<dyn Clock>,
             identity: identity(instance_type),
+            metrics: Arc::new(Metrics::new("test").unwrap()),
         },
     )
     .await

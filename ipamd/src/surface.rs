@@ -1,0 +1,126 @@
+//! What ipamd shows operators: the settings the introspection endpoints report, the daemon as
+//! a source of snapshots, and EC2 calls fed into the metrics.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cloud::throttle::CallObserver;
+use cloud::{CloudError, Ec2, Imds};
+use introspect::{IpamdEnv, Metrics, NetworkUtilsEnv, PoolView, Source};
+use pool::StateStore;
+
+use crate::Daemon;
+use crate::config::{Config, RandomizeSnat};
+use crate::host::HostNetwork;
+
+/// `/v1/networkutils-env-settings`.
+pub fn network_env(config: &Config) -> NetworkUtilsEnv {
+    NetworkUtilsEnv {
+        connmark: config.connmark,
+        exclude_snat_cidrs: config
+            .exclude_snat_cidrs
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+        external_snat: config.external_snat,
+        // Not supported (a startup warning says so when it is set).
+        external_service_cidrs: Vec::new(),
+        mtu: config.eni_mtu,
+        veth_prefix: config.veth_prefix.clone(),
+        node_port_support: config.node_port_support,
+        // The Go CNI's numbering.
+        randomize_snat: match config.randomize_snat {
+            RandomizeSnat::None => 0,
+            RandomizeSnat::HashRandom => 1,
+            RandomizeSnat::Prng => 2,
+        },
+    }
+}
+
+/// `/v1/ipamd-env-settings`: custom networking, ENI management on cordoned nodes and subnet
+/// discovery are features ipamd does not have, so they read false whatever the environment.
+pub fn ipamd_env(config: &Config) -> IpamdEnv {
+    IpamdEnv {
+        warm_ip_target: config.warm_ip_target,
+        warm_eni_target: config.warm_eni_target,
+        custom_network_cfg: false,
+        manage_enis_non_schedulable: false,
+        subnet_discovery: false,
+    }
+}
+
+/// The daemon, as the endpoints' source of snapshots.
+pub struct DaemonSource<E, I, H, S>(pub Arc<Daemon<E, I, H, S>>);
+
+impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Source for DaemonSource<E, I, H, S> {
+    fn view(&self) -> PoolView {
+        self.0.view()
+    }
+}
+
+/// Feeds every EC2 request into the metrics (`awscni_aws_api_latency_ms` and friends).
+pub struct Ec2Metrics(pub Arc<Metrics>);
+
+impl CallObserver for Ec2Metrics {
+    fn observe(&self, api: &str, elapsed: Duration, error: Option<&CloudError>) {
+        // An error without an AWS code (a transport failure) is labelled by its kind.
+        let code = error.map(|e| e.code.clone().unwrap_or_else(|| format!("{:?}", e.kind)));
+        self.0.aws_api(api, elapsed.as_secs_f64(), code.as_deref());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(vars: &[(&str, &str)]) -> Config {
+        let vars: std::collections::HashMap<_, _> = vars.iter().copied().collect();
+        Config::from_env(|k| vars.get(k).map(ToString::to_string)).unwrap()
+    }
+
+    #[test]
+    fn settings_report_the_configuration_in_the_go_cnis_terms() {
+        let c = config(&[
+            ("AWS_VPC_K8S_CNI_RANDOMIZESNAT", "hashrandom"),
+            (
+                "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS",
+                "10.1.0.0/16,10.2.0.0/16",
+            ),
+            ("AWS_VPC_K8S_CNI_CONNMARK", "0x40"),
+            ("WARM_IP_TARGET", "7"),
+        ]);
+        let net = network_env(&c);
+        assert_eq!(net.randomize_snat, 1);
+        assert_eq!(net.connmark, 0x40);
+        assert_eq!(net.exclude_snat_cidrs, vec!["10.1.0.0/16", "10.2.0.0/16"]);
+        assert_eq!(net.mtu, 9001);
+        assert_eq!(ipamd_env(&c).warm_ip_target, 7);
+        assert_eq!(ipamd_env(&c).warm_eni_target, 1);
+    }
+
+    #[test]
+    fn ec2_calls_reach_the_metrics_with_their_error_codes() {
+        let metrics = Arc::new(Metrics::new("test").unwrap());
+        let observer = Ec2Metrics(Arc::clone(&metrics));
+        observer.observe("CreateNetworkInterface", Duration::from_millis(20), None);
+        let throttled = CloudError::from_code(
+            "AssignPrivateIpAddresses",
+            "RequestLimitExceeded",
+            "slow down",
+        );
+        observer.observe(
+            "AssignPrivateIpAddresses",
+            Duration::from_millis(5),
+            Some(&throttled),
+        );
+        let text = metrics.encode();
+        assert!(
+            text.contains(r#"awscni_ec2api_req_count{fn="CreateNetworkInterface"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"awscni_aws_api_error_count{api="AssignPrivateIpAddresses",error="RequestLimitExceeded"} 1"#),
+            "{text}"
+        );
+    }
+}
