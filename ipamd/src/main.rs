@@ -36,6 +36,10 @@ enum Command {
         /// The socket (default: IPAMD_SOCKET or /run/vpc-cni/ipamd.sock).
         #[arg(long, env = "IPAMD_SOCKET", default_value = ipam_proto::DEFAULT_SOCKET)]
         socket: PathBuf,
+        /// Exit 0 whenever ipamd answers, ready or not (the liveness probe: a node whose
+        /// subnet is full is not ready, but restarting ipamd would not help).
+        #[arg(long)]
+        live: bool,
     },
     /// Set up the node's network (rp_filter, SNAT, connmark, the primary ENI's MTU) and exit:
     /// the DaemonSet's privileged init container, so ipamd itself needs only NET_ADMIN and
@@ -82,7 +86,7 @@ fn main() -> ExitCode {
     let started = Instant::now();
     let cli = Cli::parse();
     let result = match cli.command {
-        Some(Command::Health { socket }) => health(socket),
+        Some(Command::Health { socket, live }) => health(socket, live),
         Some(Command::Init) => init(),
         Some(Command::Entrypoint(install)) => run(started, Some(install)),
         None => run(started, None),
@@ -97,7 +101,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn health(socket: PathBuf) -> anyhow::Result<ExitCode> {
+fn health(socket: PathBuf, live: bool) -> anyhow::Result<ExitCode> {
     let status = ipam_proto::Client::new(&socket)
         .with_timeouts(Duration::from_secs(2), Duration::from_secs(5))
         .status()?;
@@ -110,7 +114,11 @@ fn health(socket: PathBuf) -> anyhow::Result<ExitCode> {
         Ok(ExitCode::SUCCESS)
     } else {
         println!("not ready: {}", status.reason.unwrap_or_default());
-        Ok(ExitCode::FAILURE)
+        Ok(if live {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
     }
 }
 
