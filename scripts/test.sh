@@ -21,7 +21,7 @@ skipped() { SUMMARY+=("SKIPPED  $*"); }
 command -v cargo >/dev/null 2>&1 || die "cargo not found: install Rust (rustup) first"
 if [ $ROOT -eq 1 ]; then
   ensure_box_packages
-  ensure_packages shellcheck:shellcheck timeout:coreutils python3:python3 nft:nftables
+  ensure_packages shellcheck:shellcheck timeout:coreutils python3:python3 nft:nftables promtool:prometheus
   python3 -c 'import ensurepip' 2>/dev/null || install_packages python3-venv
 fi
 
@@ -42,6 +42,10 @@ cargo build --workspace --quiet
 step "unit, property and daemon tests"
 cargo test --workspace --quiet
 passed "unit, property and daemon tests (tiers 1-2)"
+
+step "config, manifests and Dockerfile"
+scripts/check-config.sh
+passed "config: conflist, kubernetes-validate --strict 1.25 and 1.37, IAM policy matches the EC2 calls, Dockerfile paths match the built artifacts"
 
 step "moto: installing $MOTO_PIN"
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"

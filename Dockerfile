@@ -1,0 +1,60 @@
+# syntax=docker/dockerfile:1
+#
+# The vpc-cni DaemonSet image (config/kubernetes/daemonset.yaml): ipamd, the vpc-cni plugin, the
+# core plugins the conflist chains, and the conflist. Build it from the repository root:
+#
+#   docker build -t vpc-cni:0.1.0 .
+#
+# Layout: /app/ipamd; /app/cni-bin/{vpc-cni,portmap,loopback}, which `ipamd entrypoint` copies
+# into the host's CNI bin dir; /app/10-vpc-cni.conflist, which it writes into the host's CNI
+# conf dir once ipamd serves.
+#
+# Our machines cannot run docker (no daemon, no registry), so the test suite never builds this
+# file. scripts/check-config.sh holds it to the workspace instead: it runs the same
+# `cargo build` as the build stage below and checks that every artifact copied from
+# target/release is one that build makes, that every file copied from the build context
+# exists, and that ENTRYPOINT runs a copied binary. Keep COPY lines in the plain form
+# (`COPY [--from=stage] src... dest`) so that it can read them.
+#
+# The plugins run on the host, not in this image: like Debian's core plugins they link
+# glibc dynamically and need glibc 2.34 or later on the node (Amazon Linux 2023, Bottlerocket,
+# Ubuntu 22.04 and later; not Amazon Linux 2).
+
+# Dependencies are compiled in their own layer (cargo-chef), keyed only on the manifests and
+# Cargo.lock, so a source change rebuilds the workspace crates alone and not aws-sdk-ec2.
+FROM rust:1.95-trixie AS chef
+RUN cargo install cargo-chef --locked --version 0.1.78
+WORKDIR /src
+
+FROM chef AS planner
+COPY . .
+RUN cargo chef prepare --recipe-path recipe.json
+
+FROM chef AS build
+COPY --from=planner /src/recipe.json recipe.json
+# The workspace's release profile, packages and lock file, as in scripts/check-config.sh.
+RUN cargo chef cook --release --locked -p ipamd -p cni-plugin --recipe-path recipe.json
+COPY . .
+RUN cargo build --release --locked -p ipamd -p cni-plugin
+
+# portmap (chained by the conflist) and loopback (the runtime sets up the pod's lo with it),
+# from Debian's containernetworking-plugins: /usr/lib/cni in bookworm and trixie.
+FROM debian:trixie-slim AS cni-plugins
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends containernetworking-plugins \
+    && rm -rf /var/lib/apt/lists/*
+
+FROM debian:trixie-slim
+# iptables brings both backends (iptables-nft-* and iptables-legacy-*): ipamd uses the one the
+# node's rules are in. nftables brings `nft`, with which ipamd removes the Go CNI's leftover
+# connmark table when a node switches over.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends iptables nftables \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=build /src/target/release/ipamd /app/ipamd
+COPY --from=build /src/target/release/vpc-cni /app/cni-bin/vpc-cni
+COPY --from=cni-plugins /usr/lib/cni/portmap /app/cni-bin/portmap
+COPY --from=cni-plugins /usr/lib/cni/loopback /app/cni-bin/loopback
+COPY config/10-vpc-cni.conflist /app/10-vpc-cni.conflist
+WORKDIR /app
+ENTRYPOINT ["/app/ipamd", "entrypoint"]
