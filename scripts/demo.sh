@@ -107,6 +107,13 @@ ip -n "$(node_field 1 netns)" rule | sed 's/^/   /'
 ip -n "$(node_field 1 netns)" route show table 2 | sed 's/^/   /'
 
 echo
+echo "== What an operator sees on node 1 (curl localhost:61679/v1/pods; curl :61678/metrics)"
+ip netns exec "$(node_field 1 netns)" curl -sS --max-time 5 http://127.0.0.1:61679/v1/pods \
+  | jq -r '.[] | "   \(.Namespace)/\(.Name)  \(.IP)  \(.ENI) (device \(.DeviceNumber))"'
+ip netns exec "$(node_field 1 netns)" curl -sS --max-time 5 http://127.0.0.1:61678/metrics \
+  | grep -E '^awscni_(assigned_ip_addresses|total_ip_addresses|eni_allocated) ' | sed 's/^/   /'
+
+echo
 echo "== SNAT: every pod pings $OUT_IP outside the VPC; sources the outside saw"
 ip netns exec "$OUT_NS" iptables -w -N SEEN
 ip netns exec "$OUT_NS" iptables -w -I INPUT -p icmp -j SEEN

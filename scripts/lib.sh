@@ -33,7 +33,7 @@ ensure_packages() {
 
 # The tools the box, the demo and the root tests use (ipamd programs SNAT with iptables).
 ensure_box_packages() {
-  ensure_packages ip:iproute2 ping:iputils-ping jq:jq iptables:iptables
+  ensure_packages ip:iproute2 ping:iputils-ping jq:jq iptables:iptables curl:curl
 }
 
 need_binaries() {

@@ -113,6 +113,8 @@ up() {
       echo "IPAMD_SOCKET=$dir/node$i/ipamd.sock"
       echo "IPAMD_STATE_DIR=$dir/node$i/state"
       echo "AWS_VPC_K8S_CNI_LOG_FILE=$dir/node$i/ipamd.log"
+      # The node's "aws-node checkpoint": never the machine's own.
+      echo "AWS_VPC_K8S_CNI_BACKING_STORE=$dir/node$i/aws-node-ipam.json"
       [ ${#envs[@]} -eq 0 ] || printf '%s\n' "${envs[@]}"
     } >"$dir/node$i/ipamd.env"
     say "starting ipamd on node $i"
@@ -129,6 +131,8 @@ up() {
         ipamd_socket: "\($dir)/node\(.index)/ipamd.sock",
         state_dir: "\($dir)/node\(.index)/state",
         ipamd_log: "\($dir)/node\(.index)/ipamd.log",
+        go_checkpoint: "\($dir)/node\(.index)/aws-node-ipam.json",
+        ipamd_env: "\($dir)/node\(.index)/ipamd.env",
         ipamd_pid: $pids[.index - 1]
       }]
     }' "$dir/sim/sim.json" >"$dir/box.json"

@@ -40,7 +40,8 @@ pub fn bin_dir() -> PathBuf {
         .to_path_buf()
 }
 
-fn repo() -> PathBuf {
+/// The repository root.
+pub fn repo() -> PathBuf {
     // Read at run time: clones share one target dir outside the tree, and cargo may reuse a
     // test binary built in another clone whose compile-time path no longer exists.
     let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
@@ -96,6 +97,8 @@ pub struct Node {
     pub instance_type: String,
     /// Primary address.
     pub primary_ip: Ipv4Addr,
+    /// Primary ENI id.
+    pub primary_eni: String,
     /// ipamd's socket.
     pub ipamd_socket: String,
     /// ipamd's state directory.
@@ -104,6 +107,49 @@ pub struct Node {
     pub ipamd_log: String,
     /// ipamd's pid when the box came up.
     pub ipamd_pid: u32,
+    /// Where ipamd looks for aws-node's checkpoint (AWS_VPC_K8S_CNI_BACKING_STORE).
+    pub go_checkpoint: String,
+    /// ipamd's environment, one KEY=VALUE per line.
+    pub ipamd_env: String,
+}
+
+impl Node {
+    /// `curl` of `url` from inside the node (where ipamd's HTTP endpoints listen): the HTTP
+    /// status and the body.
+    pub fn get(&self, url: &str) -> (u16, String) {
+        let out = run_bounded(
+            15,
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &self.netns,
+                "curl",
+                "-sS",
+                "--max-time",
+                "10",
+                "-w",
+                "\n%{http_code}",
+                url,
+            ],
+            None,
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "curl {url}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (body, code) = text.rsplit_once('\n').expect("curl prints the status last");
+        (code.trim().parse().expect("HTTP status"), body.to_string())
+    }
+
+    /// GET `url` from inside the node, expecting 200 and JSON.
+    pub fn get_json(&self, url: &str) -> Value {
+        let (code, body) = self.get(url);
+        assert_eq!(code, 200, "{url}: {body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{url} is not JSON ({e}): {body}"))
+    }
 }
 
 /// A subnet of the box.
