@@ -563,6 +563,55 @@ mod tests {
     }
 
     #[test]
+    fn go_spellings_are_read_as_go_reads_them() {
+        let c = parse(&[
+            ("AWS_VPC_K8S_CNI_CONNMARK", "0200"),
+            ("AWS_VPC_K8S_CNI_LOG_FILE", "STDOUT"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.connmark, 0x80,
+            "a leading 0 is octal, as in Go's ParseInt"
+        );
+        assert_eq!(c.log_target, LogTarget::Stdout);
+    }
+
+    #[test]
+    fn only_settings_that_ask_for_more_than_ipamd_does_warn() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                vars.iter()
+                    .find(|(v, _)| *v == k)
+                    .map(|(_, x)| x.to_string())
+            }
+        };
+        assert!(ignored_settings(env(&[])).is_empty());
+        assert!(
+            ignored_settings(env(&[
+                ("ENABLE_IPv6", "false"),
+                ("ENABLE_IPv4", "true"),
+                ("NETWORK_POLICY_ENFORCING_MODE", "standard"),
+                ("ENABLE_POD_ENI", ""),
+            ]))
+            .is_empty()
+        );
+        let warnings = ignored_settings(env(&[
+            ("ENABLE_IPv6", "true"),
+            ("AWS_EXTERNAL_SERVICE_CIDRS", "10.9.0.0/16"),
+            ("WARM_IP_TARGET", "3"),
+        ]));
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("ENABLE_IPv6=\"true\""),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[1].starts_with("AWS_EXTERNAL_SERVICE_CIDRS="),
+            "{warnings:?}"
+        );
+    }
+
+    #[test]
     fn a_bad_value_names_its_variable() {
         for (var, value) in [
             ("IP_COOLDOWN_PERIOD", "-1"),

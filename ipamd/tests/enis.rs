@@ -22,16 +22,7 @@ async fn an_eni_is_created_attached_and_set_up_when_the_primary_runs_low() {
     let dir = tempfile::tempdir().unwrap();
     let ec2 = ec2(6, "10.0.0.0/24");
     let host = Arc::new(RecordingHost::default());
-    let d = start_with(
-        dir.path(),
-        &ec2,
-        &ManualClock::at(0),
-        "t3.medium",
-        &host,
-        &[],
-    )
-    .await
-    .unwrap();
+    let d = start_t3_medium(dir.path(), &ec2, &host, &[]).await;
     assert_eq!(
         ec2.enis().len(),
         1,
@@ -87,16 +78,7 @@ async fn a_link_that_appears_late_is_waited_for() {
     let dir = tempfile::tempdir().unwrap();
     let ec2 = ec2(6, "10.0.0.0/24");
     let host = Arc::new(RecordingHost::default());
-    let d = start_with(
-        dir.path(),
-        &ec2,
-        &ManualClock::at(0),
-        "t3.medium",
-        &host,
-        &[],
-    )
-    .await
-    .unwrap();
+    let d = start_t3_medium(dir.path(), &ec2, &host, &[]).await;
     host.missing_links.store(3, Ordering::SeqCst);
     allocate(&d, 1).await;
     d.grow().await;
@@ -110,16 +92,7 @@ async fn an_eni_detached_in_ec2_leaves_the_pool_and_the_node_and_comes_back() {
     let ec2 = ec2(6, "10.0.0.0/24");
     let host = Arc::new(RecordingHost::default());
     // MAX_ENI=2 so the reconciliation cannot replace the detached ENI with a new one.
-    let d = start_with(
-        dir.path(),
-        &ec2,
-        &ManualClock::at(0),
-        "t3.medium",
-        &host,
-        &[("MAX_ENI", "2")],
-    )
-    .await
-    .unwrap();
+    let d = start_t3_medium(dir.path(), &ec2, &host, &[("MAX_ENI", "2")]).await;
     for n in 1..=7 {
         allocate(&d, n).await;
         d.grow().await;
@@ -190,16 +163,7 @@ async fn an_eni_someone_else_manages_is_left_alone_but_takes_a_slot() {
         "10.0.0.0/24".parse().unwrap(),
     );
     let host = Arc::new(RecordingHost::default());
-    let d = start_with(
-        dir.path(),
-        &ec2,
-        &ManualClock::at(0),
-        "t3.medium",
-        &host,
-        &[],
-    )
-    .await
-    .unwrap();
+    let d = start_t3_medium(dir.path(), &ec2, &host, &[]).await;
     assert!(d.pool_snapshot().eni("eni-theirs").is_none());
     assert_eq!(d.limits().max_enis, 2);
     // A new ENI of ours goes to the next free device index.
@@ -296,18 +260,7 @@ async fn a_cold_add_waits_for_the_new_eni_instead_of_failing() {
     let dir = tempfile::tempdir().unwrap();
     let ec2 = ec2(6, "10.0.0.0/24");
     let host = Arc::new(RecordingHost::default());
-    let d = Arc::new(
-        start_with(
-            dir.path(),
-            &ec2,
-            &ManualClock::at(0),
-            "t3.medium",
-            &host,
-            &[("IPAMD_ADD_WAIT", "5000")],
-        )
-        .await
-        .unwrap(),
-    );
+    let d = Arc::new(start_t3_medium(dir.path(), &ec2, &host, &[("IPAMD_ADD_WAIT", "5000")]).await);
     // Take every address while no controller runs, so the pool is empty and must grow.
     for n in 1..=5 {
         allocate(&d, n).await;
@@ -453,11 +406,9 @@ async fn new_enis_carry_the_cluster_and_additional_tags() {
     let dir = tempfile::tempdir().unwrap();
     let ec2 = ec2(6, "10.0.0.0/24");
     let host = Arc::new(RecordingHost::default());
-    let d = start_with(
+    let d = start_t3_medium(
         dir.path(),
         &ec2,
-        &ManualClock::at(0),
-        "t3.medium",
         &host,
         &[
             ("CLUSTER_NAME", "prod"),
@@ -467,8 +418,7 @@ async fn new_enis_carry_the_cluster_and_additional_tags() {
             ),
         ],
     )
-    .await
-    .unwrap();
+    .await;
     allocate(&d, 1).await;
     d.grow().await;
     let tags = secondary(&ec2).tags;

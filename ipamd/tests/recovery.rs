@@ -101,16 +101,7 @@ async fn an_eni_replaced_at_the_same_index_keeps_its_table_for_the_successor() {
     let dir = tempfile::tempdir().unwrap();
     let ec2 = ec2(6, "10.0.0.0/24");
     let host = Arc::new(RecordingHost::default());
-    let d = start_with(
-        dir.path(),
-        &ec2,
-        &ManualClock::at(0),
-        "t3.medium",
-        &host,
-        &[],
-    )
-    .await
-    .unwrap();
+    let d = start_t3_medium(dir.path(), &ec2, &host, &[]).await;
     allocate(&d, 1).await;
     d.grow().await;
     let old = secondary(&ec2);
@@ -208,16 +199,13 @@ async fn an_add_the_pool_will_not_grow_for_fails_at_once_naming_the_targets() {
     let dir = tempfile::tempdir().unwrap();
     let ec2 = ec2(6, "10.0.0.0/24");
     let host = Arc::new(RecordingHost::default());
-    let d = start_with(
+    let d = start_t3_medium(
         dir.path(),
         &ec2,
-        &ManualClock::at(0),
-        "t3.medium",
         &host,
         &[("MINIMUM_IP_TARGET", "2"), ("IPAMD_ADD_WAIT", "25000")],
     )
-    .await
-    .unwrap();
+    .await;
     allocate(&d, 1).await;
     allocate(&d, 2).await;
     // MINIMUM_IP_TARGET=2 is met by the two addresses held, as in the Go CNI: nothing to wait for.
@@ -233,4 +221,25 @@ async fn an_add_the_pool_will_not_grow_for_fails_at_once_naming_the_targets() {
         "{}",
         err.message
     );
+}
+
+#[tokio::test]
+async fn an_unreadable_aws_node_checkpoint_stops_ipamd_and_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    // Where support::config points AWS_VPC_K8S_CNI_BACKING_STORE.
+    let checkpoint = state.join("aws-node-ipam.json");
+    std::fs::write(
+        &checkpoint,
+        "{\"version\":\"vpc-cni-ipam/1\",\"allocations\":[",
+    )
+    .unwrap();
+    let ec2 = ec2(6, "10.0.0.0/24");
+    let err = match try_start(dir.path(), &ec2, &ManualClock::at(0), "t3.medium").await {
+        Ok(_) => panic!("started with a truncated checkpoint"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains(&checkpoint.display().to_string()), "{err}");
+    assert!(err.contains("cannot be migrated"), "{err}");
 }

@@ -13,19 +13,16 @@ async fn prefix_delegation_serves_pods_from_a_28() {
     let dir = tempfile::tempdir().unwrap();
     let ec2 = ec2(6, "10.0.0.0/24");
     let host = Arc::new(RecordingHost::default());
-    let d = start_with(
+    let d = start_t3_medium(
         dir.path(),
         &ec2,
-        &ManualClock::at(0),
-        "t3.medium",
         &host,
         &[
             ("ENABLE_PREFIX_DELEGATION", "true"),
             ("WARM_PREFIX_TARGET", "1"),
         ],
     )
-    .await
-    .unwrap();
+    .await;
     let primary = ec2.eni(ENI).unwrap();
     assert_eq!(primary.prefixes.len(), 1, "{primary:?}");
     assert!(primary.secondary_ips.is_empty());

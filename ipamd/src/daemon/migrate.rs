@@ -18,10 +18,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// that exists but cannot be read stops ipamd: starting without it would count its pods'
     /// addresses as free and hand them to new pods.
     pub(super) async fn migrate_from_go_cni(&self, path: &Path) -> Result<(), StartupError> {
-        let checkpoint = match read_checkpoint(path) {
-            Ok(None) => return Ok(()),
-            Ok(Some(checkpoint)) => checkpoint,
-            Err(e) => return Err(StartupError::Migrate(e)),
+        let Some(checkpoint) = read_checkpoint(path).map_err(StartupError::Migrate)? else {
+            return Ok(());
         };
         for skipped in &checkpoint.skipped {
             warn!(path = %path.display(), "not migrated: {skipped}");

@@ -199,6 +199,18 @@ pub async fn try_start(
     .await
 }
 
+/// A t3.medium at time 0 on `host`, with `env`.
+pub async fn start_t3_medium(
+    dir: &Path,
+    ec2: &Arc<FakeEc2>,
+    host: &Arc<RecordingHost>,
+    env: &[(&str, &str)],
+) -> TestDaemon {
+    start_with(dir, ec2, &ManualClock::at(0), "t3.medium", host, env)
+        .await
+        .unwrap()
+}
+
 pub async fn start_with(
     dir: &Path,
     ec2: &Arc<FakeEc2>,
