@@ -1,6 +1,7 @@
 //! The shared state every server reads: the model, the clock, the IMDS lag, and whatever must
 //! follow the model's changes (the fabric in fabric mode).
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::clock::Clock;
@@ -31,6 +32,7 @@ pub struct Sim {
     imds_lag_ms: u64,
     attach_latency_ms: u64,
     follower: Option<SharedFollower>,
+    calls: Mutex<BTreeMap<String, u64>>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -41,6 +43,7 @@ impl std::fmt::Debug for Sim {
             .field("imds_lag_ms", &self.imds_lag_ms)
             .field("attach_latency_ms", &self.attach_latency_ms)
             .field("follower", &self.follower.is_some())
+            .field("calls", &self.calls)
             .finish()
     }
 }
@@ -54,6 +57,7 @@ impl Sim {
             imds_lag_ms,
             attach_latency_ms: 0,
             follower: None,
+            calls: Mutex::default(),
         }
     }
 
@@ -97,5 +101,17 @@ impl Sim {
     /// How long IMDS lags behind EC2.
     pub fn imds_lag_ms(&self) -> u64 {
         self.imds_lag_ms
+    }
+
+    /// Counts one EC2 request for `action`, answered or refused: benchmarks and tests count
+    /// what a client asked of EC2 here, independently of what the client reports itself.
+    pub fn record_call(&self, action: &str) {
+        let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        *calls.entry(action.to_string()).or_default() += 1;
+    }
+
+    /// EC2 requests so far, by action.
+    pub fn calls(&self) -> BTreeMap<String, u64> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }

@@ -1002,3 +1002,34 @@ async fn admin_state_is_json_of_the_model() {
     assert_eq!(v["enis"][0]["id"], eni.as_str());
     assert_eq!(v["subnets"][0]["available_ip_address_count"], 250);
 }
+
+#[tokio::test]
+async fn admin_calls_count_every_request_by_action() {
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+    let h = Harness::basic();
+    h.ok(&[("Action", "DescribeNetworkInterfaces")]).await;
+    h.ok(&[("Action", "DescribeNetworkInterfaces")]).await;
+    // Refused requests count too: a client that retries them is still calling EC2.
+    h.err(&[
+        ("Action", "UnassignPrivateIpAddresses"),
+        ("NetworkInterfaceId", "eni-00000000000000000"),
+        ("PrivateIpAddress.1", "10.0.0.9"),
+    ])
+    .await;
+    h.err(&[]).await;
+    let resp = h
+        .ec2
+        .clone()
+        .oneshot(Request::get("/_sim/calls").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let r = common::Reply::from(resp).await;
+    assert_eq!(r.status, 200);
+    let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"DescribeNetworkInterfaces": 2, "UnassignPrivateIpAddresses": 1, "-": 1})
+    );
+}

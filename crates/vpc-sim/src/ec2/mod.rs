@@ -1,5 +1,6 @@
 //! The EC2 Query API over HTTP: `POST /` with a form body, XML replies, AWS-shaped errors.
-//! Also `GET /_sim/state`, the simulator's own admin view (the whole model as JSON).
+//! Also the simulator's own admin views: `GET /_sim/state` (the whole model as JSON) and
+//! `GET /_sim/calls` (EC2 requests so far, by action).
 
 mod actions;
 pub mod error;
@@ -34,17 +35,25 @@ pub struct Ctx<'a> {
     pub request_id: &'a str,
 }
 
-/// The EC2 router (plus `/_sim/state`).
+/// The EC2 router (plus `/_sim/state` and `/_sim/calls`).
 pub fn router(sim: Arc<Sim>) -> Router {
     Router::new()
         .route("/", post(handle))
         .route("/_sim/state", get(state))
+        .route("/_sim/calls", get(calls))
         .with_state(sim)
 }
 
+async fn calls(State(sim): State<Arc<Sim>>) -> Response {
+    json_reply(serde_json::to_string_pretty(&sim.calls()))
+}
+
 async fn state(State(sim): State<Arc<Sim>>) -> Response {
-    let model = sim.model();
-    match serde_json::to_string_pretty(&model.snapshot()) {
+    json_reply(serde_json::to_string_pretty(&sim.model().snapshot()))
+}
+
+fn json_reply(json: serde_json::Result<String>) -> Response {
+    match json {
         Ok(json) => ([(header::CONTENT_TYPE, "application/json")], json).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
@@ -53,6 +62,7 @@ async fn state(State(sim): State<Arc<Sim>>) -> Response {
 async fn handle(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
     let params = Params::parse(&body);
     let action = params.get("Action").unwrap_or("-").to_string();
+    sim.record_call(&action);
     if action == "AttachNetworkInterface" && sim.attach_latency_ms() > 0 {
         // Before the model is locked: other calls go on meanwhile, as on EC2.
         tokio::time::sleep(std::time::Duration::from_millis(sim.attach_latency_ms())).await;
