@@ -3,7 +3,7 @@
 # the Dockerfile. scripts/test.sh runs it; it also runs alone, without root.
 #   1. every YAML under config/ passes `kubernetes-validate --strict` for Kubernetes 1.25.0 and
 #      1.37.0 (PyPI kubernetes-validate, installed into the suite's venv);
-#   2. config/10-vpc-cni.conflist is JSON with cniVersion 1.1.0 and network name aws-cni, runs
+#   2. config/10-vpc-cni.conflist is JSON with cniVersion 1.0.0 and network name aws-cni, runs
 #      vpc-cni first with the socket the DaemonSet gives ipamd, and chains portmap;
 #   3. config/iam-policy.json allows exactly the EC2 operations that crates/cloud/src calls:
 #      every `.op()` there that is an operation of aws-sdk-ec2 (the SDK's own list, from its
@@ -92,8 +92,10 @@ except (OSError, ValueError) as e:
 if not isinstance(conf, dict):
     print(f"{conflist_path}: expected a JSON object")
     sys.exit()
-if conf.get("cniVersion") != "1.1.0":
-    print(f"{conflist_path}: cniVersion is {conf.get('cniVersion')!r}, expected '1.1.0'")
+# 1.0.0, not 1.1.0: libcni 1.1 (containerd 1.6/1.7, cnitool, podman 4) rejects a 1.1.0 result,
+# and the portmap we ship (containernetworking-plugins 1.1.1) refuses 1.1.0 configs.
+if conf.get("cniVersion") != "1.0.0":
+    print(f"{conflist_path}: cniVersion is {conf.get('cniVersion')!r}, expected '1.0.0'")
 # The Go CNI's network name: the runtime's cached results and GC are per network.
 if conf.get("name") != "aws-cni":
     print(f"{conflist_path}: name is {conf.get('name')!r}, expected 'aws-cni'")

@@ -52,3 +52,48 @@ wait_for() {
   done
   return 1
 }
+
+# The real runtimes the runtime tests drive: podman (CNI backend) with crun, conmon and a static
+# busybox for its rootfs, and the reference plugins (portmap, ptp, host-local).
+ensure_runtimes() {
+  local missing=() pair
+  for pair in podman:podman crun:crun conmon:conmon busybox:busybox-static; do
+    command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+  done
+  [ -x /usr/lib/cni/portmap ] || missing+=(containernetworking-plugins)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  [ "$(id -u)" -eq 0 ] || die "missing packages: ${missing[*]} (install them, or run as root)"
+  say "installing ${missing[*]}"
+  # No recommends: podman's would pull in netavark, a second network backend we do not test.
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      --no-install-recommends "${missing[@]}"; } >&2 || die "could not install ${missing[*]}"
+}
+
+# cnitool, libcni's own command-line runtime. It is in no binary package: build it from Debian's
+# libcni source package (it builds offline against the packaged library) into the cache.
+CNITOOL=${VPC_CNI_CNITOOL:-$HOME/.cache/vpc-cni/bin/cnitool}
+ensure_cnitool() {
+  [ -x "$CNITOOL" ] && return 0
+  [ "$(id -u)" -eq 0 ] || die "cnitool is missing at $CNITOOL (run as root to build it)"
+  local codename src build
+  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+  [ -n "$codename" ] || die "cannot tell the Debian release from /etc/os-release"
+  src=/etc/apt/sources.list.d/vpc-cni-deb-src.sources
+  if ! grep -rqs "deb-src" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    say "adding a deb-src entry for $codename main ($src)"
+    printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+      "$codename" >"$src"
+  fi
+  install_packages golang-go golang-github-appc-cni-dev
+  build=$(mktemp -d)
+  say "building cnitool from Debian's golang-github-appc-cni source package"
+  if ! (cd "$build" && apt-get source --download-only -qq golang-github-appc-cni >&2 \
+        && tar xf golang-github-appc-cni_*.orig.tar.* \
+        && cd golang-github-appc-cni-*/cnitool \
+        && GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE="$build/gocache" go build -o "$build/cnitool" .); then
+    rm -rf "$build"; die "could not build cnitool"
+  fi
+  mkdir -p "$(dirname "$CNITOOL")"
+  mv "$build/cnitool" "$CNITOOL"
+  rm -rf "$build"
+}

@@ -19,10 +19,12 @@ pub const DEFAULT_IFNAME: &str = "eth0";
 ///   Multus): the pod part becomes `"<pod>.<ifname>"`, in the spirit of the Go CNI's
 ///   `"<pod>.<i>"` for extra interfaces. Without it both attachments would get the same name
 ///   and wiring the second would delete the first one's veth as "stale".
-/// - Pod name unknown (cnitool, podman and other non-Kubernetes callers send no `CNI_ARGS`):
+/// - Pod name or namespace unknown (non-Kubernetes callers: cnitool sends no `CNI_ARGS`,
+///   podman 4 sends `K8S_POD_NAME=<container name>` without a namespace):
 ///   SHA-1("<container id>.<ifname>"). Hashing a constant instead would give every such
 ///   container the same veth name, and each ADD would tear down the previous container's
-///   link; the container id is unique per sandbox, so these names never collide.
+///   link; a container name is unique only within one podman store, but the container id is
+///   unique per sandbox, so these names never collide.
 pub fn host_veth_name(
     prefix: &str,
     pod_namespace: &str,
@@ -30,7 +32,7 @@ pub fn host_veth_name(
     container_id: &str,
     ifname: &str,
 ) -> String {
-    if pod_name.is_empty() {
+    if pod_name.is_empty() || pod_namespace.is_empty() {
         return netops::veth_name(prefix, container_id, ifname);
     }
     if ifname == DEFAULT_IFNAME {
@@ -88,8 +90,11 @@ mod tests {
         // Different containers, or the same container on another interface, never collide.
         assert_ne!(name, host_veth_name("eni", "", "", "c0ffef", "eth0"));
         assert_ne!(name, host_veth_name("eni", "", "", "c0ffee", "eth1"));
-        // A namespace alone (no pod name) does not switch to the pod scheme.
+        // A namespace alone (no pod name) does not switch to the pod scheme, nor does a name
+        // alone: podman sends its container name as K8S_POD_NAME without a namespace, and
+        // container names are unique only within one podman store.
         assert_eq!(name, host_veth_name("eni", "default", "", "c0ffee", "eth0"));
+        assert_eq!(name, host_veth_name("eni", "", "web", "c0ffee", "eth0"));
     }
 
     #[test]
