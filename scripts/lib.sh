@@ -86,6 +86,7 @@ ensure_cnitool() {
   fi
   install_packages golang-go golang-github-appc-cni-dev
   build=$(mktemp -d)
+  chmod 755 "$build"  # apt-get source downloads as the _apt user where it can
   say "building cnitool from Debian's golang-github-appc-cni source package"
   if ! (cd "$build" && apt-get source --download-only -qq golang-github-appc-cni >&2 \
         && tar xf golang-github-appc-cni_*.orig.tar.* \
