@@ -1,104 +1,458 @@
 #!/usr/bin/env bash
-# Benchmarks, written to docs/benchmarks.md with the commands that produced them and the machine
-# they ran on. Timing targets are checked here, never inside tests.
+# Benchmarks of vpc-cni side by side with the reference plugins (ptp + host-local) in the same
+# run, written to docs/benchmarks.md with the commands, the machine, and min / median / max.
+# Timing targets are checked here, never inside tests.
 #
-#   scripts/bench.sh [--runs N]
+#   scripts/bench.sh [--runs N] [--only SECTION,...]
 #
-# Sections so far:
-#   cold-add  ADD latency when the pool is empty and the next ENI takes EC2 1 s to attach
-#             (target: attach latency + 100 ms). Each run is a fresh VPC-in-a-box.
-# Needs root (network namespaces).
+#   --runs N    hyperfine runs per latency figure are 10 x N; concurrency, cold-ADD and RSS
+#               runs are N (default 5).
+#   --only ...  run only these sections and print the results; docs/benchmarks.md is written
+#               only by a full run. Sections: latency, concurrency, rss, size, cold, churn.
+#
+# Needs root (network namespaces). Installs hyperfine and containernetworking-plugins.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-RUNS=10
+RUNS=5
+ONLY=""
 while [ $# -gt 0 ]; do
   case $1 in
-    --runs) RUNS=$2; shift 2;;
-    *) die "unknown argument '$1' (usage: scripts/bench.sh [--runs N])";;
+    --runs) RUNS=${2:-}; shift 2;;
+    --only) ONLY=${2:-}; shift 2;;
+    *) die "unknown argument '$1' (usage: scripts/bench.sh [--runs N] [--only SECTION,...])";;
   esac
 done
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "--runs must be a positive number"
+ALL_SECTIONS="latency concurrency rss size cold churn"
+for s in ${ONLY//,/ }; do
+  [[ " $ALL_SECTIONS " == *" $s "* ]] || die "unknown section '$s' (sections: $ALL_SECTIONS)"
+done
+want() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
+
 need_root "bench.sh"
 ensure_box_packages
+ensure_packages hyperfine:hyperfine
+REF=/usr/lib/cni
+if [ ! -x "$REF/ptp" ] || [ ! -x "$REF/host-local" ]; then install_packages containernetworking-plugins; fi
 say "building release binaries"
-(cd "$REPO" && cargo build --workspace --release --quiet)
+(cd "$REPO" && cargo build --workspace --release --locked --quiet)
 BIN_DIR=$CARGO_TARGET_DIR/release
 export VPC_CNI_BIN_DIR=$BIN_DIR
 BOX=$REPO/scripts/vpc-box.sh
 OUT=$REPO/docs/benchmarks.md
+PLUGIN=$BIN_DIR/vpc-cni
+WORK=$(mktemp -d /tmp/vpc-cni-bench.XXXXXX)
+TAG=bench$$
+PODS=100            # concurrent ADDs
+RSS_PODS=250
+CHURN_PODS=1000
+CHURN_RATE=10       # pods per second
 
-NAME=""
+# --- cleanup: every namespace and box this run made, also on failure -------------------------
+declare -a NETNS=() BOXES=()
 cleanup() {
-  local i
-  [ -n "$NAME" ] || return 0
-  for i in $(seq 6); do ip netns del "$NAME-p$i" 2>/dev/null || true; done
-  "$BOX" down --name "$NAME" >/dev/null 2>&1 || true
+  local ns b
+  for ns in "${NETNS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+  for b in "${BOXES[@]}"; do "$BOX" down --name "$b" >/dev/null 2>&1 || true; done
+  rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-add() { # box-json pod-index -> prints the ns timestamp at which the ADD returned; fails if it fails
-  local box=$1 i=$2 conf out
-  conf=$(jq -cn --arg s "$(jq -r '.nodes[0].ipamd_socket' <<<"$box")" \
-    '{cniVersion: "1.1.0", name: "bench", type: "vpc-cni", ipamdSocket: $s}')
-  ip netns add "$NAME-p$i"
-  out=$(echo "$conf" | ip netns exec "$(jq -r '.nodes[0].netns' <<<"$box")" env -i \
-    CNI_COMMAND=ADD CNI_CONTAINERID="c$i" CNI_NETNS="/run/netns/$NAME-p$i" CNI_IFNAME=eth0 \
+netns_add() { ip netns add "$1"; NETNS+=("$1"); }
+
+# Brings a box up in this shell (so cleanup knows it) and leaves its JSON in $BOX_JSON.
+BOX_JSON=""
+box_up() { # name args...
+  local name=$1; shift
+  BOXES+=("$name")
+  BOX_JSON=$("$BOX" up --name "$name" "$@" --ipamd-env "AWS_VPC_K8S_CNI_LOG_FILE=$WORK/$name-ipamd.log" 2>/dev/null)
+}
+
+box_down() {
+  "$BOX" down --name "$1" >/dev/null 2>&1 || true
+  local b kept=()
+  for b in "${BOXES[@]}"; do [ "$b" = "$1" ] || kept+=("$b"); done
+  BOXES=("${kept[@]}")
+}
+
+pool() { # node-netns -> /v1/pool as JSON
+  ip netns exec "$1" curl -sf --max-time 5 http://127.0.0.1:61679/v1/pool
+}
+
+wait_available() { # node-netns count: waits (up to 120 s) until that many addresses are available
+  local i
+  for i in $(seq 1200); do
+    [ "$(pool "$1" | jq '.Totals.AvailableIPs')" -ge "$2" ] && return 0
+    sleep 0.1
+  done
+  die "node $1 never had $2 available addresses: $(pool "$1" | jq -c .Totals)"
+}
+
+# The plugin's network config: the first plugin of the shipped conflist, as the runtime passes
+# it, with the node's socket and a log file of the run.
+vpc_conf() { # socket file
+  jq -c --arg s "$1" --arg log "$WORK/plugin.log" \
+    '(.plugins[0] | .ipamdSocket = $s | .pluginLogFile = $log) + {cniVersion, name}' \
+    "$REPO/config/10-vpc-cni.conflist" >"$2"
+}
+
+ptp_conf() { # file
+  jq -cn --arg d "$WORK/host-local" '{cniVersion: "1.0.0", name: "bench-ptp", type: "ptp",
+    ipam: {type: "host-local", subnet: "10.88.0.0/16", dataDir: $d}}' >"$1"
+}
+
+hf_stats() { # hyperfine JSON -> "min / median / max ms"
+  jq -r '.results[0] | "\(.min * 1000 * 100 | round / 100) / \(.median * 1000 * 100 | round / 100) / \(.max * 1000 * 100 | round / 100) ms"' "$1"
+}
+hf_median() { jq '.results[0].median * 1000' "$1"; }
+
+stats() { # numbers on stdin (ms) -> "min / median / max ms"
+  sort -n | awk '{v[NR] = $1} END {
+    if (NR == 0) { print "none"; exit }
+    m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+    printf "%.1f / %.1f / %.1f ms", v[1], m, v[NR] }'
+}
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+verdict() { # value op target -> "met" or "MISSED"
+  awk -v v="$1" -v t="$3" -v op="$2" 'BEGIN {
+    ok = (op == "<=") ? (v <= t) : (v == t); print ok ? "met" : "MISSED" }'
+}
+
+declare -a SUMMARY=() DOC=()
+record() { SUMMARY+=("$1"); }
+doc() { DOC+=("$@"); }
+
+# --- section: latency (ADD, DEL, VERSION) ---------------------------------------------------
+# hyperfine runs inside each node's namespace, so neither figure includes `ip netns exec`.
+# Each ADD is prepared by the DEL of the previous one and each DEL by an ADD: one pod at a
+# time, as a node wires pods, with vpc-cni's pool warm.
+bench_latency() {
+  local name=${TAG}l box node sock runs=$((RUNS * 10))
+  say "latency: vpc-cni vs ptp + host-local, $runs runs each"
+  box_up "$name" --instance-type m5.24xlarge --subnet 10.0.0.0/20 \
+    --ipamd-env MINIMUM_IP_TARGET=300 --ipamd-env WARM_IP_TARGET=10
+  box=$BOX_JSON
+  node=$(jq -r '.nodes[0].netns' <<<"$box"); sock=$(jq -r '.nodes[0].ipamd_socket' <<<"$box")
+  wait_available "$node" 300
+  vpc_conf "$sock" "$WORK/vpc.json"
+  netns_add "$TAG-ptpnode"; ptp_conf "$WORK/ptp.json"
+  netns_add "$TAG-lat-v"; netns_add "$TAG-lat-p"
+  local v="CNI_CONTAINERID=lat CNI_NETNS=/run/netns/$TAG-lat-v CNI_IFNAME=eth0 CNI_PATH=$BIN_DIR"
+  local r="CNI_CONTAINERID=lat CNI_NETNS=/run/netns/$TAG-lat-p CNI_IFNAME=eth0 CNI_PATH=$REF"
+  local hf=(hyperfine --style basic --warmup 3 --runs "$runs")
+  ip netns exec "$node" "${hf[@]}" --export-json "$WORK/v-add.json" \
+    --prepare "CNI_COMMAND=DEL $v $PLUGIN <$WORK/vpc.json" \
+    "CNI_COMMAND=ADD $v $PLUGIN <$WORK/vpc.json >/dev/null" >&2
+  ip netns exec "$node" "${hf[@]}" --export-json "$WORK/v-del.json" \
+    --prepare "CNI_COMMAND=DEL $v $PLUGIN <$WORK/vpc.json; CNI_COMMAND=ADD $v $PLUGIN <$WORK/vpc.json >/dev/null" \
+    "CNI_COMMAND=DEL $v $PLUGIN <$WORK/vpc.json" >&2
+  ip netns exec "$TAG-ptpnode" "${hf[@]}" --export-json "$WORK/p-add.json" \
+    --prepare "CNI_COMMAND=DEL $r $REF/ptp <$WORK/ptp.json" \
+    "CNI_COMMAND=ADD $r $REF/ptp <$WORK/ptp.json >/dev/null" >&2
+  ip netns exec "$TAG-ptpnode" "${hf[@]}" --export-json "$WORK/p-del.json" \
+    --prepare "CNI_COMMAND=DEL $r $REF/ptp <$WORK/ptp.json; CNI_COMMAND=ADD $r $REF/ptp <$WORK/ptp.json >/dev/null" \
+    "CNI_COMMAND=DEL $r $REF/ptp <$WORK/ptp.json" >&2
+  "${hf[@]}" --export-json "$WORK/v-ver.json" "CNI_COMMAND=VERSION $PLUGIN <$WORK/vpc.json >/dev/null" >&2
+  "${hf[@]}" --export-json "$WORK/p-ver.json" "CNI_COMMAND=VERSION $REF/ptp <$WORK/ptp.json >/dev/null" >&2
+  box_down "$name"
+
+  local add_ratio del_ratio
+  add_ratio=$(ratio "$(hf_median "$WORK/v-add.json")" "$(hf_median "$WORK/p-add.json")")
+  del_ratio=$(ratio "$(hf_median "$WORK/v-del.json")" "$(hf_median "$WORK/p-del.json")")
+  record "ADD median ratio vs ptp + host-local: ${add_ratio}x (target <= 0.25x: $(verdict "$add_ratio" '<=' 0.25))"
+  doc "## ADD, DEL and VERSION latency" "" \
+    "One pod at a time, hyperfine ($runs runs after 3 warm-ups) inside each node's namespace: vpc-cni" \
+    "on a VPC-in-a-box node (m5.24xlarge, subnet /20, MINIMUM_IP_TARGET=300, WARM_IP_TARGET=10, so" \
+    "the pool is warm and never grows during the run), ptp + host-local in a namespace of its own." \
+    "Each ADD is prepared by a DEL, each DEL by a DEL and an ADD. vpc-cni runs with the shipped conflist's" \
+    "settings (DEBUG log to a file). hyperfine runs each command through \`sh -c\` and subtracts the" \
+    "shell's own start-up time." "" \
+    "| Verb | vpc-cni | ptp + host-local | vpc-cni / ptp (median) | Target |" \
+    "|---|---|---|---|---|" \
+    "| ADD | $(hf_stats "$WORK/v-add.json") | $(hf_stats "$WORK/p-add.json") | ${add_ratio}x | <= 0.25x: $(verdict "$add_ratio" '<=' 0.25) |" \
+    "| DEL | $(hf_stats "$WORK/v-del.json") | $(hf_stats "$WORK/p-del.json") | ${del_ratio}x | - |" \
+    "| VERSION (exec time) | $(hf_stats "$WORK/v-ver.json") | $(hf_stats "$WORK/p-ver.json") | $(ratio "$(hf_median "$WORK/v-ver.json")" "$(hf_median "$WORK/p-ver.json")")x | - |" ""
+}
+
+# --- section: 100 concurrent ADDs -----------------------------------------------------------
+# One driver per plugin starts $PODS plugin processes at once inside the node namespace, one
+# per pod namespace, and waits for all: the wall time is from the first start to the last exit.
+concurrent_run() { # node-netns plugin conf cni-path id-prefix outdir -> wall ms; fails on any error
+  local node=$1 plugin=$2 conf=$3 path=$4 id=$5 out=$6
+  mkdir -p "$out"
+  # shellcheck disable=SC2016
+  ip netns exec "$node" bash -c '
+    plugin=$1 conf=$2 path=$3 id=$4 out=$5 n=$6 tag=$7
+    start=$(date +%s%N); pids=()
+    for i in $(seq "$n"); do
+      CNI_COMMAND=ADD CNI_CONTAINERID=$id$i CNI_NETNS=/run/netns/$tag-c$i CNI_IFNAME=eth0 \
+        CNI_PATH=$path "$plugin" <"$conf" >"$out/$i.json" 2>"$out/$i.err" &
+      pids+=($!)
+    done
+    failed=0
+    for p in "${pids[@]}"; do wait "$p" || failed=$((failed + 1)); done
+    end=$(date +%s%N)
+    [ "$failed" -eq 0 ] || { echo "$failed of $n ADDs failed" >&2; exit 1; }
+    echo $(( (end - start) / 1000000 ))
+  ' _ "$plugin" "$conf" "$path" "$id" "$out" "$PODS" "$TAG"
+}
+
+concurrent_del() { # node-netns plugin conf cni-path id-prefix
+  # shellcheck disable=SC2016
+  ip netns exec "$1" bash -c '
+    for i in $(seq "$6"); do
+      CNI_COMMAND=DEL CNI_CONTAINERID=$5$i CNI_NETNS=/run/netns/$7-c$i CNI_IFNAME=eth0 \
+        CNI_PATH=$4 "$2" <"$3" >/dev/null &
+    done
+    wait' _ "$@" "$PODS" "$TAG"
+}
+
+unique_ips() { # outdir -> number of distinct addresses in the results
+  jq -r '.ips[0].address' "$1"/*.json | sort -u | grep -c .
+}
+
+bench_concurrency() {
+  local name=${TAG}c box node sock run ms n
+  local -a v_ms=() p_ms=()
+  say "concurrency: $PODS concurrent ADDs, $RUNS runs per plugin"
+  box_up "$name" --instance-type m5.24xlarge --subnet 10.0.0.0/20 \
+    --ipamd-env MINIMUM_IP_TARGET=300 --ipamd-env WARM_IP_TARGET=10
+  box=$BOX_JSON
+  node=$(jq -r '.nodes[0].netns' <<<"$box"); sock=$(jq -r '.nodes[0].ipamd_socket' <<<"$box")
+  vpc_conf "$sock" "$WORK/vpc.json"
+  [ -f "$WORK/ptp.json" ] || ptp_conf "$WORK/ptp.json"
+  ip netns list | grep -q "^$TAG-ptpnode" || netns_add "$TAG-ptpnode"
+  for n in $(seq "$PODS"); do netns_add "$TAG-c$n"; done
+  local dups=0
+  for run in $(seq "$RUNS"); do
+    # Released addresses cool for 30 s: start each run with a pool that can serve all pods
+    # without growing, as a warm pool would.
+    wait_available "$node" $((PODS + 10))
+    ms=$(concurrent_run "$node" "$PLUGIN" "$WORK/vpc.json" "$BIN_DIR" "r${run}p" "$WORK/cv$run")
+    n=$(unique_ips "$WORK/cv$run")
+    [ "$n" -eq "$PODS" ] || dups=$((dups + PODS - n))
+    [ "$(pool "$node" | jq '.Totals.AssignedIPs')" -eq "$PODS" ] || die "ipamd does not hold $PODS pods after run $run"
+    v_ms+=("$ms")
+    concurrent_del "$node" "$PLUGIN" "$WORK/vpc.json" "$BIN_DIR" "r${run}p"
+    [ "$(pool "$node" | jq '.Totals.AssignedIPs')" -eq 0 ] || die "ipamd still holds pods after the DELs of run $run"
+
+    ms=$(concurrent_run "$TAG-ptpnode" "$REF/ptp" "$WORK/ptp.json" "$REF" "r${run}p" "$WORK/cp$run")
+    n=$(unique_ips "$WORK/cp$run")
+    [ "$n" -eq "$PODS" ] || dups=$((dups + PODS - n))
+    p_ms+=("$ms")
+    concurrent_del "$TAG-ptpnode" "$REF/ptp" "$WORK/ptp.json" "$REF" "r${run}p"
+  done
+  box_down "$name"
+  local v_stats p_stats v_med
+  v_stats=$(printf '%s\n' "${v_ms[@]}" | stats); p_stats=$(printf '%s\n' "${p_ms[@]}" | stats)
+  v_med=$(printf '%s\n' "${v_ms[@]}" | sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}')
+  record "$PODS concurrent ADDs: vpc-cni $v_stats, ptp + host-local $p_stats; duplicates $dups (target <= 1000 ms: $(verdict "$v_med" '<=' 1000))"
+  doc "## $PODS concurrent ADDs on one node" "" \
+    "$PODS plugin processes started at once inside the node's namespace, one per pod namespace, $RUNS" \
+    "runs per plugin, the same node set-up as above. Wall time from the first start to the last" \
+    "exit. Every ADD must succeed and every pod get its own address; for vpc-cni, ipamd must then hold" \
+    "exactly $PODS pods, and none after the $PODS DELs. Each vpc-cni run starts once $((PODS + 10))" \
+    "addresses are available (released ones cool for 30 s)." "" \
+    "| Plugin | Wall time | Duplicate addresses | Target |" "|---|---|---|---|" \
+    "| vpc-cni | $v_stats | $dups in total | <= 1000 ms: $(verdict "$v_med" '<=' 1000) |" \
+    "| ptp + host-local | $p_stats | (counted with vpc-cni's) | - |" ""
+  [ "$dups" -eq 0 ] || die "duplicate addresses handed out in the concurrency runs: $dups"
+}
+
+# --- section: ipamd memory ------------------------------------------------------------------
+rss_of() { # pid -> "VmRSS RssAnon RssFile" in KiB
+  awk '/^VmRSS:/ {r=$2} /^RssAnon:/ {a=$2} /^RssFile:/ {f=$2} END {print r, a, f}' "/proc/$1/status"
+}
+mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+
+bench_rss() {
+  local name=${TAG}m box node sock pid i at0 at250 batch r0 a0 f0 r1 a1 f1 line
+  say "memory: ipamd RSS at 0 and $RSS_PODS pods"
+  box_up "$name" --instance-type m5.24xlarge --subnet 10.0.0.0/20 \
+    --ipamd-env MINIMUM_IP_TARGET=300 --ipamd-env WARM_IP_TARGET=10
+  box=$BOX_JSON
+  node=$(jq -r '.nodes[0].netns' <<<"$box"); sock=$(jq -r '.nodes[0].ipamd_socket' <<<"$box")
+  pid=$(jq -r '.nodes[0].ipamd_pid' <<<"$box")
+  vpc_conf "$sock" "$WORK/vpc.json"
+  wait_available "$node" 300
+  sleep 2
+  at0=$(rss_of "$pid")
+  for i in $(seq "$RSS_PODS"); do netns_add "$TAG-m$i"; done
+  # 25 at a time: the pods come up the way a node fills, not all at once.
+  for batch in $(seq 0 25 $((RSS_PODS - 1))); do
+    # shellcheck disable=SC2016
+    ip netns exec "$node" bash -c '
+      for i in $(seq $(($1 + 1)) $(($1 + 25))); do
+        CNI_COMMAND=ADD CNI_CONTAINERID=m$i CNI_NETNS=/run/netns/$2-m$i CNI_IFNAME=eth0 \
+          "$3" <"$4" >/dev/null &
+      done
+      wait' _ "$batch" "$TAG" "$PLUGIN" "$WORK/vpc.json"
+  done
+  [ "$(pool "$node" | jq '.Totals.AssignedIPs')" -eq "$RSS_PODS" ] || die "ipamd does not hold $RSS_PODS pods"
+  # A scrape of everything the operator surface serves, as Prometheus and an operator would.
+  ip netns exec "$node" curl -sf http://127.0.0.1:61678/metrics >/dev/null
+  ip netns exec "$node" curl -sf http://127.0.0.1:61679/v1/pods >/dev/null
+  sleep 2
+  at250=$(rss_of "$pid")
+  local smaps
+  smaps=$(awk '/^[0-9a-f]+-[0-9a-f]+ / {m = ($6 == "") ? "[anonymous]" : $6; if (m ~ /\/ipamd$/) m = "ipamd binary (text and data)"; else if (m ~ /^\//) m = "shared libraries"}
+    /^Rss:/ {rss[m] += $2} END {for (m in rss) if (rss[m] >= 256) printf "%s: %.1f MiB\n", m, rss[m] / 1024}' \
+    "/proc/$pid/smaps" | sort -t: -k2 -rn)
+  box_down "$name"
+  read -r r0 a0 f0 <<<"$at0"; read -r r1 a1 f1 <<<"$at250"
+  record "ipamd RSS: $(mib "$r0") MiB at 0 pods, $(mib "$r1") MiB at $RSS_PODS pods (target <= 12 MiB: $(verdict "$(mib "$r1")" '<=' 12))"
+  doc "## ipamd memory" "" \
+    "ipamd's resident set (/proc/PID/status) on the node above, once its pool of 300 addresses on" \
+    "7 ENIs is warm with no pod, and again with $RSS_PODS pods wired (25 ADDs at a time) after a" \
+    "metrics scrape and a /v1/pods read. RssFile is the part of the binary and libraries mapped in;" \
+    "RssAnon is heap, stacks and other private memory." "" \
+    "| Pods | VmRSS | RssAnon | RssFile | Target |" "|---|---|---|---|---|" \
+    "| 0 | $(mib "$r0") MiB | $(mib "$a0") MiB | $(mib "$f0") MiB | - |" \
+    "| $RSS_PODS | $(mib "$r1") MiB | $(mib "$a1") MiB | $(mib "$f1") MiB | <= 12 MiB: $(verdict "$(mib "$r1")" '<=' 12) |" "" \
+    "Where the resident memory is at $RSS_PODS pods (/proc/PID/smaps, mappings of 256 KiB or more):" ""
+  while IFS= read -r line; do doc "- $line"; done <<<"$smaps"
+  doc ""
+}
+
+# --- section: binary sizes ------------------------------------------------------------------
+bench_size() {
+  local v p h i
+  v=$(stat -c %s "$PLUGIN"); p=$(stat -c %s "$REF/ptp"); h=$(stat -c %s "$REF/host-local")
+  i=$(stat -c %s "$BIN_DIR/ipamd")
+  record "vpc-cni binary: $(mib $((v / 1024))) MiB; ptp + host-local: $(mib $(((p + h) / 1024))) MiB"
+  doc "## Binary sizes" "" "Release build, stripped, as the Dockerfile builds it." "" \
+    "| Binary | Size |" "|---|---|" \
+    "| vpc-cni (the plugin the runtime executes per pod) | $(mib $((v / 1024))) MiB |" \
+    "| ptp + host-local (containernetworking-plugins $(dpkg-query -W -f '${Version}' containernetworking-plugins 2>/dev/null || echo '?')) | $(mib $((p / 1024))) + $(mib $((h / 1024))) MiB |" \
+    "| ipamd (the node daemon) | $(mib $((i / 1024))) MiB |" ""
+}
+
+# --- section: cold ADD ----------------------------------------------------------------------
+cold_add() { # node-netns pod-netns-prefix pod-index -> ns timestamp at which the ADD returned
+  local node=$1 prefix=$2 i=$3 out
+  out=$(ip netns exec "$node" env -i \
+    CNI_COMMAND=ADD CNI_CONTAINERID="c$i" CNI_NETNS="/run/netns/$prefix$i" CNI_IFNAME=eth0 \
     CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=p$i" \
-    "$BIN_DIR/vpc-cni" 2>/dev/null) || die "ADD $i failed: $out"
+    "$PLUGIN" <"$WORK/cold.json" 2>/dev/null) || die "ADD $i failed: $out"
   date +%s%N
 }
 
-stats() { # microsecond values on stdin -> "min / median / max" in ms
-  sort -n | awk '{v[NR] = $1} END {
-    m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-    printf "%.1f / %.1f / %.1f ms", v[1] / 1000, m / 1000, v[NR] / 1000 }'
+bench_cold() {
+  local run name box node empty wired i
+  local -a cold=()
+  say "cold ADD with 1 s attach latency: $RUNS runs"
+  for run in $(seq "$RUNS"); do
+    name=${TAG}k$run
+    box_up "$name" --instance-type t3.medium --attach-latency-ms 1000 --ipamd-env WARM_ENI_TARGET=0
+    box=$BOX_JSON
+    node=$(jq -r '.nodes[0].netns' <<<"$box")
+    vpc_conf "$(jq -r '.nodes[0].ipamd_socket' <<<"$box")" "$WORK/cold.json"
+    for i in $(seq 6); do netns_add "$name-p$i"; done
+    # Five warm ADDs take the primary ENI's five addresses; the last one makes ipamd start
+    # attaching the next ENI. The sixth ADD finds the pool empty and waits for that ENI.
+    for i in 1 2 3 4; do cold_add "$node" "$name-p" "$i" >/dev/null; done
+    empty=$(cold_add "$node" "$name-p" 5)
+    wired=$(cold_add "$node" "$name-p" 6)
+    cold+=("$(( (wired - empty) / 1000000 ))")
+    for i in $(seq 6); do ip netns del "$name-p$i"; done
+    box_down "$name"
+  done
+  local s; s=$(printf '%s\n' "${cold[@]}" | stats)
+  record "cold ADD (1 s attach): $s"
+  doc "## Cold ADD" "" \
+    "An ADD that finds the pool empty while the next ENI is being attached, with vpc-sim's" \
+    "AttachNetworkInterface taking 1 s (\`--attach-latency-ms 1000\`). t3.medium, WARM_ENI_TARGET=0." \
+    "Five ADDs take the primary ENI's five addresses, and the last of them sets ipamd attaching the" \
+    "next ENI. The sixth ADD comes at once and finds the pool empty. The figure runs from the moment" \
+    "the fifth ADD returned (the pool is empty and growth starts) to the moment the sixth returned" \
+    "with its pod wired: the whole attach, ipamd's ENI set-up, and the second plugin run. Each run" \
+    "uses a fresh VPC-in-a-box. The ADD succeeds on its first call: ipamd waits for the ENI rather" \
+    "than answering \"try again later\" (\`IPAMD_ADD_WAIT\`, default 5 s)." "" \
+    "| Figure | Result | Target |" "|---|---|---|" \
+    "| pool empty -> cold pod wired ($RUNS runs) | $s | attach latency + 100 ms = 1100 ms |" ""
 }
 
-say "cold ADD with 1 s attach latency: $RUNS runs"
-cold=()
-for run in $(seq "$RUNS"); do
-  NAME=bench$$r$run
-  box=$("$BOX" up --name "$NAME" --instance-type t3.medium --attach-latency-ms 1000 \
-    --ipamd-env WARM_ENI_TARGET=0 --ipamd-env "AWS_VPC_K8S_CNI_LOG_FILE=/dev/null" 2>/dev/null)
-  # Five warm ADDs take the primary ENI's five addresses; the last one makes ipamd start
-  # attaching the next ENI. The sixth ADD finds the pool empty and waits for that ENI.
-  for i in 1 2 3 4; do add "$box" "$i" >/dev/null; done
-  empty=$(add "$box" 5)
-  wired=$(add "$box" 6)
-  cold+=("$(( (wired - empty) / 1000 ))")
-  cleanup
-  NAME=""
-done
-cold_stats=$(printf '%s\n' "${cold[@]}" | stats)
-say "cold ADD: $cold_stats"
+# --- section: EC2 calls during steady churn ------------------------------------------------
+# $CHURN_PODS pods come and go at $CHURN_RATE a second, 10 alive at a time, on a node whose pool
+# covers the live pods plus every address cooling for 30 s plus the warm target. vpc-sim counts
+# every EC2 request it receives, by action; ipamd's own view (its metrics) is not used.
+bench_churn() {
+  local name=${TAG}s box node sock ep before after i slot batch_start elapsed
+  say "churn: $CHURN_PODS pods at $CHURN_RATE/s"
+  box_up "$name" --instance-type m5.24xlarge --subnet 10.0.0.0/20 \
+    --ipamd-env MINIMUM_IP_TARGET=400 --ipamd-env WARM_IP_TARGET=10
+  box=$BOX_JSON
+  node=$(jq -r '.nodes[0].netns' <<<"$box"); sock=$(jq -r '.nodes[0].ipamd_socket' <<<"$box")
+  ep=$(jq -r '.ec2_endpoint' <<<"$box")
+  vpc_conf "$sock" "$WORK/churn.json"
+  wait_available "$node" 400
+  sleep 3
+  for slot in $(seq 10); do netns_add "$TAG-s$slot"; done
+  before=$(curl -sf "$ep/_sim/calls")
+  local t0; t0=$(date +%s%N)
+  for i in $(seq "$CHURN_PODS"); do
+    slot=$(( (i - 1) % 10 + 1 ))
+    # The pod that had this slot 10 pods ago goes; a new one comes.
+    if [ "$i" -gt 10 ]; then
+      ip netns exec "$node" env CNI_COMMAND=DEL CNI_CONTAINERID="s$((i - 10))" \
+        CNI_NETNS="/run/netns/$TAG-s$slot" CNI_IFNAME=eth0 "$PLUGIN" <"$WORK/churn.json" >/dev/null \
+        || die "DEL of churn pod $((i - 10)) failed"
+    fi
+    ip netns exec "$node" env CNI_COMMAND=ADD CNI_CONTAINERID="s$i" \
+      CNI_NETNS="/run/netns/$TAG-s$slot" CNI_IFNAME=eth0 "$PLUGIN" <"$WORK/churn.json" >/dev/null \
+      || die "ADD of churn pod $i failed"
+    # Pace to $CHURN_RATE pods a second.
+    elapsed=$(( ($(date +%s%N) - t0) / 1000000 ))
+    batch_start=$(( i * 1000 / CHURN_RATE ))
+    [ "$elapsed" -ge "$batch_start" ] || sleep "$(awk -v ms=$((batch_start - elapsed)) 'BEGIN {print ms / 1000}')"
+  done
+  after=$(curl -sf "$ep/_sim/calls")
+  local secs=$(( ($(date +%s%N) - t0) / 1000000000 ))
+  box_down "$name"
+  local diff total mutating
+  diff=$(jq -n --argjson a "$before" --argjson b "$after" \
+    '[$b | to_entries[] | {key, value: (.value - ($a[.key] // 0))} | select(.value > 0)] | from_entries')
+  total=$(jq '[.[]] | add // 0' <<<"$diff")
+  mutating=$(jq '[to_entries[] | select(.key | test("^Describe") | not) | .value] | add // 0' <<<"$diff")
+  record "EC2 calls during $CHURN_PODS-pod churn: $total ($(jq -c . <<<"$diff")) (target 0: $(verdict "$total" '==' 0))"
+  doc "## EC2 calls during steady churn" "" \
+    "$CHURN_PODS pods created and deleted one after another at $CHURN_RATE pods a second ($secs s), 10 alive" \
+    "at any time, on an m5.24xlarge node with MINIMUM_IP_TARGET=400 and WARM_IP_TARGET=10: the" \
+    "pool holds the live pods, every released address cooling for its 30 s, and the warm target." \
+    "Counted by vpc-sim (\`GET /_sim/calls\`), every EC2 request it received from the start of the" \
+    "churn to its end, by action." "" \
+    "| Figure | Result | Target |" "|---|---|---|" \
+    "| EC2 requests during the churn | $total (changes: $mutating) $(jq -c . <<<"$diff") | 0: $(verdict "$total" '==' 0) |" ""
+}
+
+want latency && bench_latency
+want concurrency && bench_concurrency
+want rss && bench_rss
+want size && bench_size
+want cold && bench_cold
+want churn && bench_churn
+
+echo
+echo "Results"
+printf '  %s\n' "${SUMMARY[@]}"
+[ -z "$ONLY" ] || { say "--only: $OUT left as it was"; exit 0; }
 
 cpu=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
-state_fs=$(df -T /run | awk 'NR == 2 {print $2}')
-cat >"$OUT" <<DOC
+{
+  cat <<DOC
 # Benchmarks
 
-Produced by \`sudo scripts/bench.sh --runs $RUNS\` on $(date -u +%Y-%m-%d). Machine: $(nproc) cores
-($cpu), $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo), Linux $(uname -r). Release
-build. ipamd's state lived under /run (\`$state_fs\` on this machine). Each figure is min / median
-/ max over the runs.
+Produced by \`sudo scripts/bench.sh --runs $RUNS\` on $(date -u +%Y-%m-%d): every figure below comes
+from that one run, vpc-cni and the reference plugins side by side. Machine: $(nproc) cores ($cpu),
+$(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo), Linux $(uname -r), $(. /etc/os-release && echo "$PRETTY_NAME").
+Release build. Reference plugins: containernetworking-plugins
+$(dpkg-query -W -f '${Version}' containernetworking-plugins 2>/dev/null || echo '?') from Debian. hyperfine $(hyperfine --version | awk '{print $2}').
+Each figure is min / median / max.
 
-## Cold ADD
-
-An ADD that finds the pool empty while the next ENI is being attached, with vpc-sim's
-AttachNetworkInterface taking 1 s (\`--attach-latency-ms 1000\`). t3.medium, WARM_ENI_TARGET=0.
-Five ADDs take the primary ENI's five addresses, and the last of them sets ipamd attaching
-the next ENI. The sixth ADD comes at once and finds the pool empty. The figure runs from the
-moment the fifth ADD returned (the pool is empty and growth starts) to the moment the sixth
-returned with its pod wired, so it covers the whole attach, ipamd's ENI setup, and the second
-plugin run. Each run uses a fresh VPC-in-a-box.
-
-| Figure | Result | Target |
-|---|---|---|
-| pool empty -> cold pod wired ($RUNS runs) | $cold_stats | attach latency + 100 ms = 1100 ms |
-
-The ADD succeeds on its first call: ipamd waits for the ENI rather than answering "try again
-later" (\`IPAMD_ADD_WAIT\`, default 5 s).
 DOC
+  printf '%s\n' "${DOC[@]}"
+} >"$OUT"
 say "wrote $OUT"
