@@ -79,7 +79,8 @@ ensure_cnitool() {
   codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
   [ -n "$codename" ] || die "cannot tell the Debian release from /etc/os-release"
   src=/etc/apt/sources.list.d/vpc-cni-deb-src.sources
-  if ! grep -rqs "deb-src" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+  # Only an active entry counts: Debian's sources.list often carries commented-out deb-src lines.
+  if ! grep -rqsE '^[[:space:]]*(deb-src[[:space:]]|Types:.*deb-src)' /etc/apt/sources.list /etc/apt/sources.list.d/; then
     say "adding a deb-src entry for $codename main ($src)"
     printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
       "$codename" >"$src"
