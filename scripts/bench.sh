@@ -290,7 +290,7 @@ bench_concurrency() {
   box_down "$name"
   local v_stats p_stats v_med
   v_stats=$(printf '%s\n' "${v_ms[@]}" | stats); p_stats=$(printf '%s\n' "${p_ms[@]}" | stats)
-  v_med=$(printf '%s\n' "${v_ms[@]}" | sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}')
+  v_med=$(printf '%s\n' "${v_ms[@]}" | median)
   record "$PODS concurrent ADDs: vpc-cni $v_stats, ptp + host-local $p_stats; duplicates $v_dups and $p_dups (target <= 1000 ms: $(verdict "$v_med" '<=' 1000))"
   doc "## $PODS concurrent ADDs on one node" "" \
     "$PODS plugin processes started at once inside the node's namespace, one per pod namespace, $RUNS" \

@@ -136,15 +136,14 @@ impl Metrics {
                 "The number of errors encountered for pod ENIs",
                 &["fn"],
             )?,
-            aws_api_latency: {
-                let s = SummaryVec::new(
+            aws_api_latency: registered(
+                &r,
+                SummaryVec::new(
                     "awscni_aws_api_latency_ms",
                     "AWS API call latency in ms",
                     &["api", "error", "status"],
-                )?;
-                r.register(Box::new(s.clone()))?;
-                s
-            },
+                )?,
+            )?,
             aws_api_error: counter_vec(
                 &r,
                 "awscni_aws_api_error_count",
@@ -525,10 +524,17 @@ fn count(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// Registers `metric` with `r` and hands it back: every constructor below is just this.
+fn registered<M: prometheus::core::Collector + Clone + 'static>(
+    r: &Registry,
+    metric: M,
+) -> prometheus::Result<M> {
+    r.register(Box::new(metric.clone()))?;
+    Ok(metric)
+}
+
 fn counter(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntCounter> {
-    let c = IntCounter::with_opts(Opts::new(name, help))?;
-    r.register(Box::new(c.clone()))?;
-    Ok(c)
+    registered(r, IntCounter::with_opts(Opts::new(name, help))?)
 }
 
 fn counter_vec(
@@ -537,15 +543,11 @@ fn counter_vec(
     help: &str,
     labels: &[&str],
 ) -> prometheus::Result<IntCounterVec> {
-    let c = IntCounterVec::new(Opts::new(name, help), labels)?;
-    r.register(Box::new(c.clone()))?;
-    Ok(c)
+    registered(r, IntCounterVec::new(Opts::new(name, help), labels)?)
 }
 
 fn gauge(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntGauge> {
-    let g = IntGauge::with_opts(Opts::new(name, help))?;
-    r.register(Box::new(g.clone()))?;
-    Ok(g)
+    registered(r, IntGauge::with_opts(Opts::new(name, help))?)
 }
 
 fn gauge_vec(
@@ -554,9 +556,7 @@ fn gauge_vec(
     help: &str,
     labels: &[&str],
 ) -> prometheus::Result<IntGaugeVec> {
-    let g = IntGaugeVec::new(Opts::new(name, help), labels)?;
-    r.register(Box::new(g.clone()))?;
-    Ok(g)
+    registered(r, IntGaugeVec::new(Opts::new(name, help), labels)?)
 }
 
 fn histogram_vec(
@@ -566,7 +566,8 @@ fn histogram_vec(
     labels: &[&str],
     buckets: Vec<f64>,
 ) -> prometheus::Result<HistogramVec> {
-    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)?;
-    r.register(Box::new(h.clone()))?;
-    Ok(h)
+    registered(
+        r,
+        HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)?,
+    )
 }
