@@ -87,6 +87,14 @@ pub trait HostNetwork: Send + Sync + 'static {
         &self,
         ips: Vec<Ipv4Addr>,
     ) -> impl Future<Output = Result<Vec<Ipv4Addr>, HostError>> + Send;
+
+    /// Every pod the node routes to: each `<ip>/32` route in main through a link whose name
+    /// starts with `veth_prefix`, with that link's name. Stored state can lose records
+    /// without a sign; these routes are what the plugin left for each pod it wired.
+    fn pod_routes(
+        &self,
+        veth_prefix: &str,
+    ) -> impl Future<Output = Result<Vec<(Ipv4Addr, String)>, HostError>> + Send;
 }
 
 /// The real node network, over netlink and iptables, each call on a blocking thread with a
@@ -149,6 +157,26 @@ impl HostNetwork for NetlinkHost {
         })
         .await
     }
+
+    async fn pod_routes(&self, veth_prefix: &str) -> Result<Vec<(Ipv4Addr, String)>, HostError> {
+        let prefix = veth_prefix.to_string();
+        blocking(move || {
+            let nl = netops::Netlink::current()?;
+            let veths: std::collections::BTreeMap<u32, String> = nl
+                .links()?
+                .into_iter()
+                .filter(|l| l.name.starts_with(&prefix))
+                .map(|l| (l.index, l.name))
+                .collect();
+            Ok(nl
+                .routes(netops::RT_TABLE_MAIN)?
+                .into_iter()
+                .filter(|r| r.dst.prefix() == 32)
+                .filter_map(|r| Some((r.dst.ip(), veths.get(&r.oif?)?.clone())))
+                .collect())
+        })
+        .await
+    }
 }
 
 /// A shared host network is a host network (tests keep a handle on the recorder).
@@ -181,5 +209,12 @@ impl<T: HostNetwork> HostNetwork for std::sync::Arc<T> {
         ips: Vec<Ipv4Addr>,
     ) -> impl Future<Output = Result<Vec<Ipv4Addr>, HostError>> + Send {
         (**self).unrouted(ips)
+    }
+
+    fn pod_routes(
+        &self,
+        veth_prefix: &str,
+    ) -> impl Future<Output = Result<Vec<(Ipv4Addr, String)>, HostError>> + Send {
+        (**self).pod_routes(veth_prefix)
     }
 }

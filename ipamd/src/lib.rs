@@ -12,6 +12,7 @@ pub mod logging;
 mod nodenet;
 pub mod retry;
 pub mod server;
+pub mod state;
 pub mod surface;
 
 pub use daemon::{Daemon, Parts, StartupError};

@@ -14,7 +14,7 @@ use ipamd::host::{HostNetwork, NetlinkHost};
 use ipamd::install::{self, CONFLIST_NAME, ConflistSettings};
 use ipamd::surface::{self, DaemonSource, Ec2Metrics};
 use ipamd::{Daemon, Parts, logging, server};
-use store::SledStore;
+use pool::Clock;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
@@ -284,7 +284,9 @@ async fn serve(
         ThrottlePolicy::default(),
     )
     .with_observer(Arc::new(Ec2Metrics(Arc::clone(&metrics))));
-    let store = Arc::new(SledStore::open(&config.state_dir)?);
+    let clock = Arc::new(SystemClock);
+    let (store, lost) = ipamd::state::open_state(&config.state_dir, clock.now())?;
+    let store = Arc::new(store);
     let init_started = Instant::now();
     let started_daemon = {
         let _busy = metrics.action_in_progress("nodeInit");
@@ -295,9 +297,10 @@ async fn serve(
                 imds,
                 host: NetlinkHost,
                 store,
-                clock: Arc::new(SystemClock),
+                clock,
                 identity,
                 metrics: Arc::clone(&metrics),
+                lost,
             },
         )
         .await

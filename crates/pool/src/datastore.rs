@@ -678,6 +678,26 @@ impl Pool {
         ))
     }
 
+    /// Starts a cooldown on `ip` when it is available (free, not cooling). After stored state
+    /// was lost, an address that looks free may have been released moments before; handing it
+    /// out at once could give the next pod the previous one's traffic. `None` when the address
+    /// is unknown, held or already cooling.
+    pub fn start_cooldown(&mut self, ip: Ipv4Addr, now: Timestamp) -> Option<Vec<Mutation>> {
+        let eni_id = self.owner.get(&ip)?.clone();
+        let slot = self.enis.get_mut(&eni_id)?.addrs.get_mut(&ip)?;
+        if !slot.is_available(now) {
+            return None;
+        }
+        slot.state = SlotState::Free {
+            cooling_until: Some(now.after(self.cooldown)),
+        };
+        Some(vec![Mutation::PutAddr(PersistedAddr {
+            ip,
+            eni: eni_id,
+            slot: slot.clone(),
+        })])
+    }
+
     /// Undoes an assignment that never reached a pod (its persistence failed): the address is
     /// free at once, with no cooldown, and its previous release time is lost.
     pub fn unassign_unused(&mut self, key: &AttachmentKey) -> Option<Vec<Mutation>> {

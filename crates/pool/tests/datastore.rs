@@ -619,3 +619,26 @@ fn adopting_refuses_what_the_pool_cannot_honour() {
         "refusals change nothing"
     );
 }
+
+#[test]
+fn a_cooldown_starts_only_on_an_available_address() {
+    let mut p = pool_with(3);
+    let now = Timestamp(1_000);
+    let held = p.assign(&key(1), &PodInfo::default(), now).unwrap().0.ip;
+    let free = ip("10.0.0.12");
+    assert!(p.start_cooldown(held, now).is_none(), "a held address");
+    assert!(p.start_cooldown(ip("10.9.9.9"), now).is_none(), "unknown");
+    let muts = p.start_cooldown(free, now).expect("a free address");
+    assert_eq!(muts.len(), 1);
+    assert!(p.start_cooldown(free, now).is_none(), "already cooling");
+    assert_eq!(p.counts(now).cooling, 1);
+    // Not handed out while cooling; handed out (last, as released) once it is over.
+    let (b, _) = p.assign(&key(2), &PodInfo::default(), now).unwrap();
+    assert_ne!(b.ip, free);
+    assert!(p.assign(&key(3), &PodInfo::default(), now).is_err());
+    let after = now.after(COOLDOWN);
+    assert_eq!(
+        p.assign(&key(3), &PodInfo::default(), after).unwrap().0.ip,
+        free
+    );
+}

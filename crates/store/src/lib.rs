@@ -4,6 +4,13 @@
 //! (`apply_batch` is atomic per tree). Values are JSON so an operator can read them with any
 //! sled tool. A schema marker guards against reading state written by an incompatible build:
 //! such state is refused with an error, never overwritten.
+//!
+//! Damage is survived, not obeyed: [`SledStore::open_recovering`] moves a database sled cannot
+//! open aside and starts empty, and reports one that opens empty although it had data (sled
+//! silently drops what follows a torn or truncated log); [`SledStore::salvage`] removes
+//! records that no longer decode and says what they were. ipamd then rebuilds from EC2, IMDS
+//! and the node's routes. sled gives no sign when it drops only part of a log, which is why
+//! ipamd checks the node's routes against the store at every start, not only after damage.
 
 pub mod checkpoint;
 
@@ -15,6 +22,7 @@ pub use checkpoint::{
 use std::fs;
 use std::net::Ipv4Addr;
 use std::os::unix::fs::PermissionsExt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -63,6 +71,14 @@ pub enum StoreError {
         /// Why.
         reason: String,
     },
+    /// Another process holds the database's lock.
+    #[error("opening state at {path}: {detail}; is another ipamd using this state directory?")]
+    Locked {
+        /// Directory.
+        path: PathBuf,
+        /// sled's words.
+        detail: String,
+    },
     /// sled failed.
     #[error("state database: {0}")]
     Db(#[from] sled::Error),
@@ -73,9 +89,141 @@ pub enum StoreError {
 pub struct SledStore {
     path: PathBuf,
     db: sled::Db,
+    /// The schema marker was written by this open: the store held nothing before.
+    created: bool,
 }
 
+/// What was wrong with the state a store was opened from, when anything was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Damage {
+    /// sled could not open the database; it was moved to `moved_to` and an empty store was
+    /// made in its place.
+    Unopenable {
+        /// sled's error (or panic message).
+        reason: String,
+        /// Where the damaged database now is.
+        moved_to: PathBuf,
+    },
+    /// The database had data on disk but opened without even its schema marker: its log was
+    /// truncated or overwritten, and every record is gone.
+    Emptied {
+        /// Bytes of the database file before opening.
+        bytes: u64,
+    },
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Damage::Unopenable { reason, moved_to } => write!(
+                f,
+                "the database could not be opened ({reason}); it was moved to {} and an empty one made",
+                moved_to.display()
+            ),
+            Damage::Emptied { bytes } => write!(
+                f,
+                "the database file held {bytes} bytes but no record survived opening (truncated or overwritten)"
+            ),
+        }
+    }
+}
+
+/// A record [`SledStore::salvage`] could not decode and removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    /// The key, readable (`ip/10.0.0.5`, `eni/eni-0abc`).
+    pub key: String,
+    /// For an address record, the address its key names: its state is unknown.
+    pub ip: Option<Ipv4Addr>,
+    /// Why it could not be read.
+    pub reason: String,
+    /// The stored bytes, lossily as text and cut at [`UNREADABLE_SHOWN`] bytes, for the log.
+    pub value: String,
+}
+
+/// How much of an unreadable record's value [`Unreadable::value`] keeps.
+pub const UNREADABLE_SHOWN: usize = 256;
+
 impl SledStore {
+    /// Opens the store in `dir` like [`SledStore::open`], but survives a damaged database:
+    /// one sled cannot open is moved aside (never deleted) to `<dir>.corrupt-<unix secs>` and
+    /// an empty store is made; one that opens empty although its file had data is reported.
+    /// A held lock and another schema are still errors: those are not damage.
+    pub fn open_recovering(
+        dir: &Path,
+        unix_secs: u64,
+    ) -> Result<(Self, Option<Damage>), StoreError> {
+        let bytes = fs::metadata(dir.join("db")).map(|m| m.len()).unwrap_or(0);
+        let reason = match Self::open_guarded(dir) {
+            Ok(store) => {
+                let emptied = bytes > 0 && store.created;
+                return Ok((store, emptied.then_some(Damage::Emptied { bytes })));
+            }
+            Err(e @ (StoreError::Schema { .. } | StoreError::Locked { .. })) => return Err(e),
+            Err(e) => e.to_string(),
+        };
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "state".into());
+        let moved_to = dir.with_file_name(format!("{name}.corrupt-{unix_secs}"));
+        fs::rename(dir, &moved_to).map_err(|e| StoreError::Open {
+            path: dir.to_path_buf(),
+            source: format!(
+                "{reason}; and moving it aside to {} failed: {e}",
+                moved_to.display()
+            )
+            .into(),
+        })?;
+        let store = Self::open(dir)?;
+        Ok((store, Some(Damage::Unopenable { reason, moved_to })))
+    }
+
+    /// [`SledStore::open`], with a panic inside sled (it has asserts on what it reads back)
+    /// turned into an error.
+    fn open_guarded(dir: &Path) -> Result<Self, StoreError> {
+        catch_unwind(AssertUnwindSafe(|| Self::open(dir))).unwrap_or_else(|panic| {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            Err(StoreError::Open {
+                path: dir.to_path_buf(),
+                source: format!("sled panicked: {why}").into(),
+            })
+        })
+    }
+
+    /// Removes every record that does not decode (or sits under a key that is not its own),
+    /// and returns what each was. Run before [`StateStore::load`], which refuses such records.
+    pub fn salvage(&self) -> Result<Vec<Unreadable>, StoreError> {
+        let mut bad = Vec::new();
+        let mut batch = sled::Batch::default();
+        for item in self.db.scan_prefix(ENI_PREFIX) {
+            let (k, v) = item?;
+            if let Err(reason) = serde_json::from_slice::<EniInfo>(&v) {
+                bad.push(unreadable(&k, &v, reason.to_string()));
+                batch.remove(k);
+            }
+        }
+        for item in self.db.scan_prefix(ADDR_PREFIX) {
+            let (k, v) = item?;
+            let reason = match serde_json::from_slice::<PersistedAddr>(&v) {
+                Ok(a) if k.as_ref() == addr_key(a.ip).as_slice() => continue,
+                Ok(a) => format!("holds the record of {}", a.ip),
+                Err(e) => e.to_string(),
+            };
+            bad.push(unreadable(&k, &v, reason));
+            batch.remove(k);
+        }
+        if !bad.is_empty() {
+            self.db.apply_batch(batch)?;
+            self.db.flush()?;
+        }
+        Ok(bad)
+    }
+
     /// Opens (or creates, mode 0700) the store in `dir`.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         let open_err = |source: Box<dyn std::error::Error + Send + Sync>| StoreError::Open {
@@ -85,7 +233,14 @@ impl SledStore {
         fs::create_dir_all(dir).map_err(|e| open_err(e.into()))?;
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
             .map_err(|e| open_err(e.into()))?;
-        let db = open_db(dir).map_err(|e| open_err(e.into()))?;
+        let db = open_db(dir).map_err(|e| match e {
+            OpenDbError::Locked(detail) => StoreError::Locked {
+                path: dir.to_path_buf(),
+                detail,
+            },
+            OpenDbError::Sled(e) => open_err(e.into()),
+        })?;
+        let mut created = false;
         match db.get(SCHEMA_KEY)? {
             Some(found) if found.as_ref() != SCHEMA.as_bytes() => {
                 return Err(StoreError::Schema {
@@ -97,11 +252,13 @@ impl SledStore {
             None => {
                 db.insert(SCHEMA_KEY, SCHEMA.as_bytes())?;
                 db.flush()?;
+                created = true;
             }
         }
         Ok(Self {
             path: dir.to_path_buf(),
             db,
+            created,
         })
     }
 
@@ -114,7 +271,7 @@ impl SledStore {
 /// Opens the database, waiting up to [`LOCK_WAIT`] for its file lock: sled releases the lock
 /// from a background thread after the last handle is dropped, and a previous ipamd may still be
 /// exiting, so a held lock is usually a matter of milliseconds.
-fn open_db(dir: &Path) -> Result<sled::Db, sled::Error> {
+fn open_db(dir: &Path) -> Result<sled::Db, OpenDbError> {
     let deadline = Instant::now() + LOCK_WAIT;
     loop {
         // sled's default page cache may grow to 1 GiB; the pool's state is a few kilobytes and
@@ -132,13 +289,16 @@ fn open_db(dir: &Path) -> Result<sled::Db, sled::Error> {
                 std::thread::sleep(Duration::from_millis(20));
             }
             Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
-                return Err(sled::Error::Io(std::io::Error::other(format!(
-                    "{e}; is another ipamd using this state directory?"
-                ))));
+                return Err(OpenDbError::Locked(e.to_string()));
             }
-            other => return other,
+            other => return other.map_err(OpenDbError::Sled),
         }
     }
+}
+
+enum OpenDbError {
+    Locked(String),
+    Sled(sled::Error),
 }
 
 fn eni_key(id: &str) -> Vec<u8> {
@@ -147,6 +307,27 @@ fn eni_key(id: &str) -> Vec<u8> {
 
 fn addr_key(ip: Ipv4Addr) -> Vec<u8> {
     [ADDR_PREFIX, &ip.octets()[..]].concat()
+}
+
+/// A key as an operator would write it: address keys hold the four octets.
+fn readable_key(key: &[u8]) -> (String, Option<Ipv4Addr>) {
+    match key.strip_prefix(ADDR_PREFIX) {
+        Some(&[a, b, c, d]) => {
+            let ip = Ipv4Addr::new(a, b, c, d);
+            (format!("ip/{ip}"), Some(ip))
+        }
+        _ => (String::from_utf8_lossy(key).into_owned(), None),
+    }
+}
+
+fn unreadable(key: &[u8], value: &[u8], reason: String) -> Unreadable {
+    let (key, ip) = readable_key(key);
+    Unreadable {
+        key,
+        ip,
+        reason,
+        value: String::from_utf8_lossy(&value[..value.len().min(UNREADABLE_SHOWN)]).into_owned(),
+    }
 }
 
 fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
@@ -158,7 +339,7 @@ fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
 
 fn decode<T: serde::de::DeserializeOwned>(key: &[u8], value: &[u8]) -> Result<T, StoreError> {
     serde_json::from_slice(value).map_err(|e| StoreError::Corrupt {
-        key: String::from_utf8_lossy(key).into_owned(),
+        key: readable_key(key).0,
         reason: e.to_string(),
     })
 }
@@ -177,7 +358,7 @@ impl StateStore for SledStore {
             let addr: PersistedAddr = decode(&k, &v)?;
             if k.as_ref() != addr_key(addr.ip).as_slice() {
                 return Err(StoreError::Corrupt {
-                    key: String::from_utf8_lossy(&k).into_owned(),
+                    key: readable_key(&k).0,
                     reason: format!("holds the record of {}", addr.ip),
                 });
             }
@@ -328,6 +509,167 @@ mod tests {
             .unwrap();
         let err = store.load().unwrap_err();
         assert!(err.to_string().contains("eni/eni-bad"), "{err}");
+    }
+
+    /// A store with one ENI and three addresses (one assigned), flushed and closed.
+    fn written_store(dir: &Path) -> PersistedState {
+        let store = SledStore::open(dir).unwrap();
+        let mut pool = Pool::new(Duration::from_secs(30));
+        store.apply(&pool.upsert_eni(eni())).unwrap();
+        let ips: Vec<Ipv4Addr> = (11..14).map(|i| Ipv4Addr::new(10, 0, 0, i)).collect();
+        store
+            .apply(&pool.add_addresses("eni-0a", &ips).unwrap())
+            .unwrap();
+        let (_, m) = pool
+            .assign(&key(1), &PodInfo::default(), Timestamp(5))
+            .unwrap();
+        store.apply(&m).unwrap();
+        store.flush().unwrap();
+        pool.to_state()
+    }
+
+    /// sled releases its lock from a background thread after the last handle goes.
+    fn reopen_recovering(dir: &Path) -> (SledStore, Option<Damage>) {
+        for _ in 0..150 {
+            match SledStore::open_recovering(dir, 1_700_000_000) {
+                Err(StoreError::Locked { .. }) => std::thread::sleep(Duration::from_millis(20)),
+                other => return other.unwrap(),
+            }
+        }
+        panic!("the lock was never released");
+    }
+
+    #[test]
+    fn an_intact_store_opens_without_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let expected = written_store(&state);
+        let (store, damage) = reopen_recovering(&state);
+        assert_eq!(damage, None);
+        assert_eq!(store.salvage().unwrap(), vec![]);
+        assert_eq!(store.load().unwrap(), expected);
+    }
+
+    #[test]
+    fn a_new_store_is_not_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, damage) = reopen_recovering(&dir.path().join("state"));
+        assert_eq!(damage, None);
+        assert_eq!(store.load().unwrap(), PersistedState::default());
+    }
+
+    #[test]
+    fn a_truncated_database_is_reported_as_emptied() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        written_store(&state);
+        let db = state.join("db");
+        let bytes = fs::metadata(&db).unwrap().len();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&db)
+            .unwrap()
+            .set_len(100)
+            .unwrap();
+        let (store, damage) = reopen_recovering(&state);
+        assert_eq!(damage, Some(Damage::Emptied { bytes: 100 }), "was {bytes}");
+        assert_eq!(store.load().unwrap(), PersistedState::default());
+    }
+
+    #[test]
+    fn an_unopenable_database_is_moved_aside_whole_and_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        written_store(&state);
+        let db_bytes = fs::read(state.join("db")).unwrap();
+        fs::write(state.join("conf"), b"\xff\xfe not a sled config").unwrap();
+        let (store, damage) = reopen_recovering(&state);
+        let moved = dir.path().join("state.corrupt-1700000000");
+        match damage {
+            Some(Damage::Unopenable { reason, moved_to }) => {
+                assert_eq!(moved_to, moved);
+                assert!(!reason.is_empty());
+            }
+            other => panic!("expected Unopenable, got {other:?}"),
+        }
+        // Nothing is lost: the damaged files are all there, byte for byte.
+        assert_eq!(fs::read(moved.join("db")).unwrap(), db_bytes);
+        assert_eq!(store.load().unwrap(), PersistedState::default());
+        drop(store);
+        let (_, again) = reopen_recovering(&state);
+        assert_eq!(again, None, "the new store is sound");
+    }
+
+    #[test]
+    fn another_schema_is_still_refused_when_recovering() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        {
+            let db = sled::open(&state).unwrap();
+            db.insert(SCHEMA_KEY, b"vpc-cni-state/99".as_slice())
+                .unwrap();
+            db.flush().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let err = SledStore::open_recovering(&state, 1).unwrap_err();
+        assert!(matches!(err, StoreError::Schema { .. }), "{err}");
+        assert!(state.join("db").exists(), "left where it was");
+        assert!(!dir.path().join("state.corrupt-1").exists());
+    }
+
+    #[test]
+    fn salvage_removes_and_names_each_unreadable_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let mut expected = written_store(&state);
+        let store = SledStore::open(&state).unwrap();
+        let ip12 = addr_key(Ipv4Addr::new(10, 0, 0, 12));
+        let moved = store.db.get(&ip12).unwrap().unwrap();
+        store.db.insert(&ip12, b"{\"ip\": tru".as_slice()).unwrap();
+        store
+            .db
+            .insert(addr_key(Ipv4Addr::new(10, 0, 0, 99)), moved)
+            .unwrap();
+        store
+            .db
+            .insert(b"eni/eni-bad", b"\x00\x01".as_slice())
+            .unwrap();
+        assert!(store.load().is_err(), "load refuses what salvage removes");
+
+        let mut bad = store.salvage().unwrap();
+        bad.sort_by(|a, b| a.key.cmp(&b.key));
+        let summary: Vec<_> = bad
+            .iter()
+            .map(|u| (u.key.as_str(), u.ip, u.value.as_str()))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                ("eni/eni-bad", None, "\u{0}\u{1}"),
+                (
+                    "ip/10.0.0.12",
+                    Some(Ipv4Addr::new(10, 0, 0, 12)),
+                    "{\"ip\": tru"
+                ),
+                (
+                    "ip/10.0.0.99",
+                    Some(Ipv4Addr::new(10, 0, 0, 99)),
+                    bad[2].value.as_str()
+                ),
+            ]
+        );
+        assert!(
+            bad[2].reason.contains("holds the record of 10.0.0.12"),
+            "{:?}",
+            bad[2]
+        );
+        assert!(bad.iter().all(|u| !u.reason.is_empty()));
+        // What decodes stays, exactly.
+        expected
+            .addrs
+            .retain(|a| a.ip != Ipv4Addr::new(10, 0, 0, 12));
+        assert_eq!(store.load().unwrap(), expected);
+        assert_eq!(store.salvage().unwrap(), vec![], "salvage is done once");
     }
 
     #[test]

@@ -1,14 +1,17 @@
 //! The daemon's state and its startup: instance limits -> stored state -> node network ->
-//! reconcile with EC2 -> release what dead pods held -> first growth. Requests, growth and
+//! reconcile with EC2 -> adopt what live pods route to -> release what dead pods held -> first
+//! growth. Requests, growth and
 //! reconciliation live in the submodules.
 
 mod grow;
 mod leaks;
 mod migrate;
 mod reconcile;
+mod recover;
 mod requests;
 
 pub use leaks::{LeakReport, MAX_START_JITTER, MIN_LEAK_AGE};
+pub use recover::{LostState, RECOVERED_NETWORK};
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -180,6 +183,8 @@ pub struct Parts<E, I, H, S> {
     pub identity: NodeIdentity,
     /// Where counters go.
     pub metrics: Arc<Metrics>,
+    /// What the store reported lost before startup.
+    pub lost: LostState,
 }
 
 /// The pool's targets from the configuration. Prefix delegation needs Nitro or bare metal;
@@ -238,6 +243,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             clock,
             identity,
             metrics,
+            lost,
         } = parts;
         let instance = instance_limits(&ec2, &identity.instance_type).await?;
         let targets = targets(config, &instance, &identity.instance_type);
@@ -322,6 +328,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 .migrate_from_go_cni(&config.go_cni_checkpoint)
                 .await?;
         }
+        daemon.adopt_routed_pods().await?;
+        daemon.cool_lost(&lost).await?;
         daemon.release_dead_pods().await?;
         daemon.grow().await;
         Ok(daemon)

@@ -30,7 +30,11 @@ fn is_ours(eni: &NetworkInterface, instance_id: &str) -> bool {
 impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
     /// The periodic check: the ENIs IMDS lists, with their addresses and prefixes, against
     /// the pool's (and the unmanaged ENIs last seen); EC2 is asked only when they differ.
+    /// Also releases recovered addresses whose pods are gone.
     pub async fn reconcile(&self) {
+        if let Err(e) = self.release_recovered().await {
+            warn!(error = %e, "releasing recovered addresses failed");
+        }
         match self.imds_view().await {
             Ok(imds) => {
                 let known = self.pool_view();

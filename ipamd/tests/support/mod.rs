@@ -123,6 +123,8 @@ pub struct RecordingHost {
     pub missing_links: AtomicU32,
     /// Addresses no pod on the node routes to any more (their pods are gone).
     pub gone: Mutex<std::collections::BTreeSet<Ipv4Addr>>,
+    /// The pod routes on the node: address and veth.
+    pub routes: Mutex<Vec<(Ipv4Addr, String)>>,
 }
 
 impl RecordingHost {
@@ -174,6 +176,15 @@ impl HostNetwork for RecordingHost {
         let gone = self.gone.lock().unwrap();
         Ok(ips.into_iter().filter(|ip| gone.contains(ip)).collect())
     }
+
+    async fn pod_routes(&self, veth_prefix: &str) -> Result<Vec<(Ipv4Addr, String)>, HostError> {
+        let routes = self.routes.lock().unwrap();
+        Ok(routes
+            .iter()
+            .filter(|(_, link)| link.starts_with(veth_prefix))
+            .cloned()
+            .collect())
+    }
 }
 
 pub type TestDaemon = Daemon<Arc<FakeEc2>, FakeImds, Arc<RecordingHost>, SledStore>;
@@ -219,7 +230,8 @@ pub async fn start_with(
     host: &Arc<RecordingHost>,
     env: &[(&str, &str)],
 ) -> Result<TestDaemon, ipamd::StartupError> {
-    let store = Arc::new(SledStore::open(&dir.join("state")).unwrap());
+    let (store, lost) = ipamd::state::open_state(&dir.join("state"), clock.now()).unwrap();
+    let store = Arc::new(store);
     Daemon::start(
         &config(&dir.join("state"), env),
         Parts {
@@ -230,6 +242,7 @@ pub async fn start_with(
             clock: Arc::clone(clock) as Arc<dyn Clock>,
             identity: identity(instance_type),
             metrics: Arc::new(Metrics::new("test").unwrap()),
+            lost,
         },
     )
     .await

@@ -1,0 +1,169 @@
+//! Stored state that lost records. sled drops the tail of a torn log without a sign, so at
+//! every start the node's pod routes are checked against the pool: an address a pod still
+//! routes to but the pool holds for nobody is adopted, so it is never handed to a second pod.
+//! Addresses whose state is known to be lost start a fresh cooldown. Adopted addresses are
+//! released by the periodic reconciliation once their route is gone (the plugin asks ipamd
+//! first and removes the route after, so a DEL cannot be the moment to look).
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+
+use cloud::{Ec2, Imds};
+use pool::{AttachmentKey, PodInfo, StateStore};
+use tracing::{error, info, warn};
+
+use super::{Daemon, lock};
+use crate::durability::PersistError;
+use crate::host::HostNetwork;
+
+/// The network name of adopted addresses. No runtime uses it, so the runtime's GC (which
+/// names its network) never releases them: only their route going does.
+pub const RECOVERED_NETWORK: &str = "vpc-cni-recovered";
+
+/// What was found lost before the daemon started (from the store's damage report).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LostState {
+    /// Nothing stored survived: every address's state is unknown.
+    pub everything: bool,
+    /// Addresses whose records were unreadable and removed.
+    pub ips: Vec<Ipv4Addr>,
+}
+
+/// The key an adopted address is held under: the pod's veth and the address, all that the
+/// node still says about the pod.
+fn recovered_key(link: &str, ip: Ipv4Addr) -> AttachmentKey {
+    AttachmentKey {
+        network: RECOVERED_NETWORK.into(),
+        container_id: link.into(),
+        ifname: ip.to_string(),
+    }
+}
+
+impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+    /// Adopts every address a pod on the node routes to that the pool holds for nobody, and
+    /// logs each route whose address is not on this node's ENIs at all. Unreadable routes are
+    /// logged and skipped: the pool is left as stored.
+    pub(super) async fn adopt_routed_pods(&self) -> Result<(), PersistError> {
+        let routes = match self.host.pod_routes(&self.node.net.veth_prefix).await {
+            Ok(routes) => routes,
+            Err(e) => {
+                error!(error = %e, "could not read the node's pod routes: addresses of pods stored state lost cannot be recovered");
+                return Ok(());
+            }
+        };
+        let now = self.clock.now();
+        let (adopted, unknown) = self
+            .persist(|pool| {
+                let held: BTreeSet<Ipv4Addr> = pool.allocations().iter().map(|a| a.ip).collect();
+                let (mut adopted, mut unknown, mut muts) = (Vec::new(), Vec::new(), Vec::new());
+                for (ip, link) in routes.into_iter().filter(|(ip, _)| !held.contains(ip)) {
+                    let key = recovered_key(&link, ip);
+                    match pool.adopt(&key, &PodInfo::default(), ip, now) {
+                        Ok((_, m)) => {
+                            muts.extend(m);
+                            adopted.push((ip, link));
+                        }
+                        Err(e) => unknown.push((ip, link, e)),
+                    }
+                }
+                Ok::<_, PersistError>(((adopted, unknown), muts))
+            })
+            .await?;
+        for (ip, link) in &adopted {
+            warn!(
+                %ip, veth = %link, network = RECOVERED_NETWORK,
+                "recovered an address stored state did not hold: a pod on the node routes to it through this veth; held until that route goes (the pod's name and container are not recoverable)"
+            );
+        }
+        for (ip, link, e) in &unknown {
+            error!(
+                %ip, veth = %link, error = %e,
+                "could not recover: a pod on the node routes to this address, but it is not in the pool of this node's ENIs"
+            );
+        }
+        if !adopted.is_empty() {
+            self.metrics.ipamd_error("recoveredPodAddress");
+        }
+        Ok(())
+    }
+
+    /// Starts a cooldown on every available address whose state was lost: it may have been
+    /// released moments before the loss.
+    pub(super) async fn cool_lost(&self, lost: &LostState) -> Result<(), PersistError> {
+        if !lost.everything && lost.ips.is_empty() {
+            return Ok(());
+        }
+        let now = self.clock.now();
+        let cooled = self
+            .persist(|pool| {
+                let candidates: Vec<Ipv4Addr> = if lost.everything {
+                    let enis: Vec<String> = pool.enis().map(|e| e.id.clone()).collect();
+                    enis.iter()
+                        .flat_map(|id| pool.addresses(id).map(|(ip, _)| ip))
+                        .collect()
+                } else {
+                    lost.ips.clone()
+                };
+                let mut cooled = Vec::new();
+                let mut muts = Vec::new();
+                for ip in candidates {
+                    if let Some(m) = pool.start_cooldown(ip, now) {
+                        cooled.push(ip);
+                        muts.extend(m);
+                    }
+                }
+                Ok::<_, PersistError>((cooled, muts))
+            })
+            .await?;
+        if !cooled.is_empty() {
+            warn!(
+                addresses = ?cooled,
+                cooldown = ?lock(&self.pool).cooldown(),
+                "started a fresh cooldown on free addresses whose stored state was lost: each may have been released moments before"
+            );
+        }
+        Ok(())
+    }
+
+    /// Releases, into cooldown, adopted addresses whose pod route is gone. Cheap when nothing
+    /// was adopted.
+    pub(super) async fn release_recovered(&self) -> Result<(), PersistError> {
+        let recovered: Vec<_> = lock(&self.pool)
+            .allocations()
+            .into_iter()
+            .filter(|a| a.key.network == RECOVERED_NETWORK)
+            .collect();
+        if recovered.is_empty() {
+            return Ok(());
+        }
+        let unrouted: BTreeSet<Ipv4Addr> = match self
+            .host
+            .unrouted(recovered.iter().map(|a| a.ip).collect())
+            .await
+        {
+            Ok(ips) => ips.into_iter().collect(),
+            Err(e) => {
+                warn!(error = %e, "could not read the node's routes; keeping recovered addresses");
+                return Ok(());
+            }
+        };
+        let now = self.clock.now();
+        let released = self
+            .persist(|pool| {
+                let mut released = Vec::new();
+                let mut muts = Vec::new();
+                for a in recovered.iter().filter(|a| unrouted.contains(&a.ip)) {
+                    if let Some((r, m)) = pool.release(&a.key, now) {
+                        released.push(r.allocation);
+                        muts.extend(m);
+                    }
+                }
+                Ok::<_, PersistError>((released, muts))
+            })
+            .await?;
+        for a in released {
+            info!(ip = %a.ip, attachment = %a.key, "released a recovered address: its pod's route is gone");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,214 @@
+//! ipamd started on damaged state: a truncated database, an unopenable one, unreadable
+//! records. It starts, live pods keep their addresses (the node's routes say which), addresses
+//! whose state is lost cool down before reuse, and nothing is handed out twice.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::sync::Arc;
+
+use ipamd::daemon::RECOVERED_NETWORK;
+use pool::Clock;
+use support::*;
+
+/// Three pods; the third is deleted (its address cools). Returns the three addresses.
+async fn three_pods_one_deleted(
+    dir: &Path,
+    ec2: &Arc<cloud::fake::FakeEc2>,
+    clock: &Arc<ManualClock>,
+    host: &Arc<RecordingHost>,
+) -> [Ipv4Addr; 3] {
+    let d = start_with(dir, ec2, clock, "t3.medium", host, &[])
+        .await
+        .unwrap();
+    let ips = [
+        allocate(&d, 1).await.ip,
+        allocate(&d, 2).await.ip,
+        allocate(&d, 3).await.ip,
+    ];
+    d.handle(del(3)).await.unwrap();
+    d.flush().await.unwrap();
+    ips
+}
+
+/// Opens the closed store's database directly (sled lets go of its lock shortly after the
+/// daemon is dropped).
+fn raw_db(dir: &Path) -> sled::Db {
+    for _ in 0..150 {
+        match sled::open(dir.join("state")) {
+            Ok(db) => return db,
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    }
+    panic!("the state database stayed locked");
+}
+
+fn addr_key(ip: Ipv4Addr) -> Vec<u8> {
+    [b"ip/".as_slice(), &ip.octets()].concat()
+}
+
+fn recovered(d: &TestDaemon) -> BTreeSet<(Ipv4Addr, String)> {
+    d.pool_snapshot()
+        .allocations()
+        .into_iter()
+        .filter(|a| a.key.network == RECOVERED_NETWORK)
+        .map(|a| (a.ip, a.key.container_id))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_truncated_store_is_rebuilt_and_live_pods_keep_their_addresses() {
+    let dir = tempfile::tempdir().unwrap();
+    let ec2 = ec2(6, "10.0.0.0/24");
+    let clock = ManualClock::at(1_000);
+    let host = Arc::new(RecordingHost::default());
+    let [a, b, c] = three_pods_one_deleted(dir.path(), &ec2, &clock, &host).await;
+    // Pods 1 and 2 run on; a veth of someone else's prefix is not ours to judge.
+    host.routes.lock().unwrap().extend([
+        (a, "enia1".to_string()),
+        (b, "enib2".to_string()),
+        (Ipv4Addr::new(10, 0, 0, 99), "cali0".to_string()),
+    ]);
+    let db = dir.path().join("state/db");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&db)
+        .unwrap()
+        .set_len(100)
+        .unwrap();
+
+    let d = start_with(dir.path(), &ec2, &clock, "t3.medium", &host, &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        recovered(&d),
+        BTreeSet::from([(a, "enia1".to_string()), (b, "enib2".to_string())]),
+        "the live pods' addresses are held"
+    );
+    let now = clock.now();
+    let primary: Vec<_> = d
+        .pool_snapshot()
+        .addresses(ENI)
+        .map(|(ip, s)| (ip, s.clone()))
+        .collect();
+    for (ip, slot) in &primary {
+        assert!(
+            slot.is_assigned() || slot.is_cooling(now),
+            "{ip} is handed out at once although its state was lost: {slot:?}"
+        );
+    }
+    assert!(
+        primary.iter().any(|(ip, _)| *ip == c),
+        "{c} is still in the pool"
+    );
+    // New pods get addresses nobody may still be using: growth brought fresh ones.
+    let fresh = allocate(&d, 4).await.ip;
+    assert!(![a, b, c].contains(&fresh), "{fresh} handed out again");
+    assert!(
+        primary.iter().all(|(ip, _)| *ip != fresh),
+        "{fresh} came from the primary ENI"
+    );
+
+    // Pod 1 goes; its DEL cannot name the recovered key, but its route is gone.
+    host.routes.lock().unwrap().retain(|(ip, _)| *ip != a);
+    host.gone.lock().unwrap().insert(a);
+    d.reconcile().await;
+    assert_eq!(recovered(&d), BTreeSet::from([(b, "enib2".to_string())]));
+    assert!(d.pool_snapshot().counts(clock.now()).cooling >= 1);
+    let slot = d
+        .pool_snapshot()
+        .addresses(ENI)
+        .find(|(ip, _)| *ip == a)
+        .map(|(_, s)| s.clone())
+        .unwrap();
+    assert!(slot.is_cooling(clock.now()), "{slot:?}");
+
+    // A later restart on intact state is not damage: the recovered key is kept as stored.
+    drop(d);
+    let d = start_with(dir.path(), &ec2, &clock, "t3.medium", &host, &[])
+        .await
+        .unwrap();
+    assert_eq!(recovered(&d), BTreeSet::from([(b, "enib2".to_string())]));
+    assert_eq!(
+        d.pool_snapshot().get(&pool_key(4)).map(|x| x.ip),
+        Some(fresh)
+    );
+}
+
+#[tokio::test]
+async fn unreadable_records_lose_only_their_own_addresses() {
+    let dir = tempfile::tempdir().unwrap();
+    let ec2 = ec2(6, "10.0.0.0/24");
+    let clock = ManualClock::at(1_000);
+    let host = Arc::new(RecordingHost::default());
+    let [a, b, c] = three_pods_one_deleted(dir.path(), &ec2, &clock, &host).await;
+    host.routes
+        .lock()
+        .unwrap()
+        .extend([(a, "enia1".to_string()), (b, "enib2".to_string())]);
+    {
+        let db = raw_db(dir.path());
+        db.insert(addr_key(b), b"{\"ip\":".as_slice()).unwrap();
+        db.insert(addr_key(c), b"\xff\xff".as_slice()).unwrap();
+        db.flush().unwrap();
+    }
+    // Well past the first cooldown of c: only the loss can make it cool now.
+    clock.advance(std::time::Duration::from_secs(3600));
+
+    let d = start_with(dir.path(), &ec2, &clock, "t3.medium", &host, &[])
+        .await
+        .unwrap();
+    let pool = d.pool_snapshot();
+    assert_eq!(
+        pool.get(&pool_key(1)).map(|x| x.ip),
+        Some(a),
+        "an intact record is kept as it was"
+    );
+    assert_eq!(recovered(&d), BTreeSet::from([(b, "enib2".to_string())]));
+    let now = clock.now();
+    let slot = |ip: Ipv4Addr| {
+        pool.addresses(ENI)
+            .find(|(x, _)| *x == ip)
+            .map(|(_, s)| s.clone())
+            .unwrap()
+    };
+    assert!(slot(c).is_cooling(now), "{c}: {:?}", slot(c));
+    let available = pool
+        .addresses(ENI)
+        .filter(|(_, s)| s.is_available(now))
+        .count();
+    assert!(
+        available >= 1,
+        "addresses whose records were fine stay available"
+    );
+    let next = allocate(&d, 4).await.ip;
+    assert!(![a, b, c].contains(&next), "{next}");
+}
+
+#[tokio::test]
+async fn an_unopenable_store_is_moved_aside_and_ipamd_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let ec2 = ec2(6, "10.0.0.0/24");
+    let clock = ManualClock::at(1_000);
+    let host = Arc::new(RecordingHost::default());
+    let [a, _, _] = three_pods_one_deleted(dir.path(), &ec2, &clock, &host).await;
+    host.routes.lock().unwrap().push((a, "enia1".to_string()));
+    std::fs::write(dir.path().join("state/conf"), b"\xff\xfe not a sled config").unwrap();
+    // Waits out sled's lock release after the last daemon.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+
+    let d = start_with(dir.path(), &ec2, &clock, "t3.medium", &host, &[])
+        .await
+        .unwrap();
+    assert_eq!(recovered(&d), BTreeSet::from([(a, "enia1".to_string())]));
+    let moved = dir
+        .path()
+        .join(format!("state.corrupt-{}", clock.now().0 / 1000));
+    assert!(
+        moved.join("conf").exists(),
+        "the damaged database is kept at {}",
+        moved.display()
+    );
+}
