@@ -9,6 +9,7 @@ use ipnetwork::Ipv4Network;
 use thiserror::Error;
 
 use crate::fabric::{DEFAULT_OUTSIDE_IP, OUTSIDE_LINK_NET};
+use crate::faults::{FaultError, Faults};
 use crate::model::Topology;
 
 /// Where the servers listen and whether namespaces are built.
@@ -65,12 +66,28 @@ pub fn parse_extra_type(s: &str) -> Result<ExtraType, String> {
     })
 }
 
+/// Help on fault injection, after the options.
+const FAULTS_HELP: &str = "\
+Fault injection (EC2 only; IMDS is never faulted):
+  Each EC2 call the plan applies to (all, or those in --fault-actions) draws once for slowness
+  (--fault-slow-pct: the answer waits --fault-slow-ms, the model unlocked meanwhile) and once for
+  its outcome: --fault-throttle-pct (HTTP 503 RequestLimitExceeded), --fault-server-error-pct
+  (HTTP 500 InternalError or 503 Unavailable), --fault-drop-pct (connection closed with no
+  response, call not applied) and --fault-drop-after-pct (call applied, then connection closed)
+  are bands of that one draw and add up to at most 100. Faulted calls that are not applied
+  leave the model untouched. --fault-seed makes the draws reproducible.
+  At runtime: GET /_sim/faults shows the plan and what was injected (in all and by action);
+  PUT /_sim/faults with a JSON plan replaces it, e.g.
+    {\"throttle_pct\": 30, \"slow_pct\": 10, \"slow_ms\": 2000, \"actions\": [\"AssignPrivateIpAddresses\"], \"seed\": 1}
+  and {} turns faults off. GET /_sim/calls counts every request received, faulted or not.";
+
 /// vpc-sim's command line.
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "vpc-sim",
     version,
-    about = "EC2 + IMDS emulator and VPC-in-a-box fabric"
+    about = "EC2 + IMDS emulator and VPC-in-a-box fabric",
+    after_help = FAULTS_HELP
 )]
 pub struct Cli {
     /// Simulator name: prefix of its namespaces (NAME-vpc, NAME-node1, ...).
@@ -109,7 +126,34 @@ pub struct Cli {
     /// Fabric mode: the one address of the outside namespace (NAME-out), outside the VPC CIDR.
     #[arg(long, default_value_t = DEFAULT_OUTSIDE_IP)]
     pub outside_ip: Ipv4Addr,
+    /// % of EC2 calls answered HTTP 503 RequestLimitExceeded (0-100).
+    #[arg(long, default_value_t = 0.0, help_heading = FAULT_HEADING)]
+    pub fault_throttle_pct: f64,
+    /// % of EC2 calls answered HTTP 500 InternalError or 503 Unavailable (0-100).
+    #[arg(long, default_value_t = 0.0, help_heading = FAULT_HEADING)]
+    pub fault_server_error_pct: f64,
+    /// % of EC2 calls whose connection is closed with no response, the call not applied.
+    #[arg(long, default_value_t = 0.0, help_heading = FAULT_HEADING)]
+    pub fault_drop_pct: f64,
+    /// % of EC2 calls applied, then their connection closed with no response.
+    #[arg(long, default_value_t = 0.0, help_heading = FAULT_HEADING)]
+    pub fault_drop_after_pct: f64,
+    /// % of EC2 calls delayed by --fault-slow-ms before anything else (0-100).
+    #[arg(long, default_value_t = 0.0, help_heading = FAULT_HEADING)]
+    pub fault_slow_pct: f64,
+    /// Delay of a slow EC2 call, ms.
+    #[arg(long, default_value_t = 0, help_heading = FAULT_HEADING)]
+    pub fault_slow_ms: u64,
+    /// Fault only these EC2 actions (comma-separated or repeated); default: all.
+    #[arg(long, value_delimiter = ',', help_heading = FAULT_HEADING)]
+    pub fault_actions: Vec<String>,
+    /// Seed of the fault draws, for a reproducible run; default: from the OS.
+    #[arg(long, help_heading = FAULT_HEADING)]
+    pub fault_seed: Option<u64>,
 }
+
+/// The `--help` section of the fault flags.
+const FAULT_HEADING: &str = "Fault injection (EC2 only; see the end of --help)";
 
 /// A command line that parses but makes no sense.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -134,6 +178,29 @@ pub enum ConfigError {
     /// A VPC CIDR that collides with the fabric's link to the outside.
     #[error("--vpc-cidr {0}: overlaps {OUTSIDE_LINK_NET}, the fabric's link to the outside")]
     VpcCidrOverlapsOutside(Ipv4Network),
+    /// A fault plan that makes no sense.
+    #[error("{flags}: {why}")]
+    Fault {
+        /// The flags at fault, e.g. `--fault-throttle-pct`.
+        flags: String,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+impl ConfigError {
+    /// The plan's error in terms of the command line: `throttle_pct` is `--fault-throttle-pct`.
+    pub fn from_fault(e: FaultError) -> Self {
+        let flags: Vec<String> = e
+            .fields
+            .iter()
+            .map(|f| format!("--fault-{}", f.replace('_', "-")))
+            .collect();
+        ConfigError::Fault {
+            flags: flags.join(" + "),
+            why: e.why,
+        }
+    }
 }
 
 /// Longest name: `NAME-node64` must stay a short, readable namespace name.
@@ -181,6 +248,22 @@ impl Cli {
 }
 
 impl Cli {
+    /// The fault plan to start with, from the `--fault-*` flags.
+    pub fn faults(&self) -> Result<Faults, ConfigError> {
+        let plan = Faults {
+            throttle_pct: self.fault_throttle_pct,
+            server_error_pct: self.fault_server_error_pct,
+            drop_pct: self.fault_drop_pct,
+            drop_after_pct: self.fault_drop_after_pct,
+            slow_pct: self.fault_slow_pct,
+            slow_ms: self.fault_slow_ms,
+            actions: (!self.fault_actions.is_empty()).then(|| self.fault_actions.clone()),
+            seed: self.fault_seed,
+        };
+        plan.validate().map_err(ConfigError::from_fault)?;
+        Ok(plan)
+    }
+
     /// The outside must be reachable only through the VPC's default route: not in the VPC, not
     /// on the link network, and an ordinary unicast address.
     fn check_outside(&self) -> Result<(), ConfigError> {
@@ -263,6 +346,69 @@ mod tests {
         c.name = "ok".into();
         c.nodes = 0;
         assert_eq!(c.topology().unwrap_err(), ConfigError::Nodes(0));
+    }
+
+    #[test]
+    fn fault_flags_make_a_plan_and_bad_ones_are_named() {
+        assert_eq!(cli(&[]).unwrap().faults().unwrap(), Faults::default());
+        let c = cli(&[
+            "--fault-throttle-pct",
+            "30",
+            "--fault-server-error-pct",
+            "5",
+            "--fault-slow-pct",
+            "10",
+            "--fault-slow-ms",
+            "2000",
+            "--fault-drop-pct",
+            "5",
+            "--fault-drop-after-pct",
+            "0.5",
+            "--fault-actions",
+            "AssignPrivateIpAddresses,CreateNetworkInterface",
+            "--fault-actions",
+            "CreateTags",
+            "--fault-seed",
+            "9",
+        ])
+        .unwrap();
+        let p = c.faults().unwrap();
+        assert_eq!(
+            (p.throttle_pct, p.server_error_pct, p.slow_pct, p.slow_ms),
+            (30.0, 5.0, 10.0, 2000)
+        );
+        assert_eq!((p.drop_pct, p.drop_after_pct, p.seed), (5.0, 0.5, Some(9)));
+        assert_eq!(
+            p.actions.unwrap(),
+            [
+                "AssignPrivateIpAddresses",
+                "CreateNetworkInterface",
+                "CreateTags"
+            ]
+        );
+        for (args, needle) in [
+            (
+                &["--fault-throttle-pct", "101"][..],
+                "--fault-throttle-pct: 101 is not a percentage",
+            ),
+            (
+                &["--fault-slow-pct", "5"][..],
+                "--fault-slow-ms: 0, but slow_pct",
+            ),
+            (
+                &["--fault-actions", "AssignPrivateIp"][..],
+                "--fault-actions: \"AssignPrivateIp\" is not an EC2 action",
+            ),
+            (
+                &["--fault-drop-pct", "60", "--fault-throttle-pct", "50"][..],
+                "--fault-throttle-pct + --fault-server-error-pct + --fault-drop-pct + --fault-drop-after-pct: 110 in all",
+            ),
+        ] {
+            let e = cli(args).unwrap().faults().unwrap_err().to_string();
+            assert!(e.contains(needle), "{args:?}: {e}");
+        }
+        let e = cli(&["--fault-drop-pct", "lots"]).unwrap_err().to_string();
+        assert!(e.contains("--fault-drop-pct"), "{e}");
     }
 
     #[test]

@@ -94,6 +94,7 @@ type NodeListeners = (std::net::TcpListener, Option<std::net::TcpListener>);
 /// Starts everything `cli` asks for. On failure, whatever was created is removed again.
 pub async fn launch(cli: &Cli) -> Result<Running, LaunchError> {
     let topology = cli.topology()?;
+    let faults = cli.faults()?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let model = Model::build(&topology, Rng::from_entropy(), clock.now_ms())?;
 
@@ -131,6 +132,10 @@ pub async fn launch(cli: &Cli) -> Result<Running, LaunchError> {
     };
     let mut sim =
         Sim::new(model, clock, cli.imds_lag_ms).with_attach_latency(cli.attach_latency_ms);
+    if faults.is_active() {
+        tracing::info!(plan = ?faults, "EC2 fault injection on");
+    }
+    sim.set_faults(faults).map_err(ConfigError::from_fault)?;
     if let Some(f) = &fabric {
         let follower: SharedFollower = f.clone();
         sim = sim.with_follower(follower);

@@ -3,11 +3,16 @@
 //! The [`model`] is the single source of truth (pure, no I/O). The [`ec2`] router serves the EC2
 //! Query API from it, the [`imds`] router serves one instance's metadata from a lagged view of it,
 //! and [`fabric`] turns the same model into a routed VPC of namespaces and veths.
+//!
+//! [`faults`] makes EC2 misbehave on purpose (throttling, 5xx, slow answers, dropped
+//! connections) by a plan set on the command line (`--fault-*`) or at runtime through
+//! `PUT /_sim/faults`, so clients can be tested against an unreliable EC2. IMDS is never faulted.
 
 pub mod clock;
 pub mod config;
 pub mod ec2;
 pub mod fabric;
+pub mod faults;
 pub mod imds;
 pub mod launch;
 pub mod model;

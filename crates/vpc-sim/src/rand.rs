@@ -43,6 +43,11 @@ impl Rng {
         z ^ (z >> 31)
     }
 
+    /// A uniform draw from [0, 1): the top 53 bits, which is all an `f64` can hold exactly.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
     /// `n` lowercase hex digits.
     pub fn hex(&mut self, n: usize) -> String {
         let mut out = String::with_capacity(n);
@@ -75,6 +80,15 @@ mod tests {
                     .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
             );
         }
+    }
+
+    #[test]
+    fn unit_stays_in_range_and_spreads() {
+        let mut r = Rng::seeded(3);
+        let draws: Vec<f64> = (0..1000).map(|_| r.unit()).collect();
+        assert!(draws.iter().all(|d| (0.0..1.0).contains(d)));
+        let low = draws.iter().filter(|d| **d < 0.5).count();
+        assert!((400..600).contains(&low), "{low} of 1000 below 0.5");
     }
 
     #[test]

@@ -1,11 +1,12 @@
-//! The shared state every server reads: the model, the clock, the IMDS lag, and whatever must
-//! follow the model's changes (the fabric in fabric mode).
+//! The shared state every server reads: the model, the clock, the IMDS lag, the EC2 fault plan,
+//! and whatever must follow the model's changes (the fabric in fabric mode).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::clock::Clock;
 use crate::fabric::{Fabric, FabricError, Runner};
+use crate::faults::{Decision, FaultError, FaultReport, Faults, Injector};
 use crate::model::Model;
 
 /// Something that must reflect every change of the model before EC2 answers (in fabric mode,
@@ -24,8 +25,8 @@ impl<R: Runner + Send> Follower for Fabric<R> {
 /// A follower shared between the EC2 server and whoever tears it down.
 pub type SharedFollower = Arc<Mutex<dyn Follower>>;
 
-/// One simulator: the model behind a lock, the clock that stamps changes, the IMDS lag, and an
-/// optional follower.
+/// One simulator: the model behind a lock, the clock that stamps changes, the IMDS lag, the
+/// fault injector, and an optional follower.
 pub struct Sim {
     model: Mutex<Model>,
     clock: Arc<dyn Clock>,
@@ -33,6 +34,7 @@ pub struct Sim {
     attach_latency_ms: u64,
     follower: Option<SharedFollower>,
     calls: Mutex<BTreeMap<String, u64>>,
+    faults: Mutex<Injector>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -44,6 +46,7 @@ impl std::fmt::Debug for Sim {
             .field("attach_latency_ms", &self.attach_latency_ms)
             .field("follower", &self.follower.is_some())
             .field("calls", &self.calls)
+            .field("faults", &self.faults)
             .finish()
     }
 }
@@ -58,6 +61,7 @@ impl Sim {
             attach_latency_ms: 0,
             follower: None,
             calls: Mutex::default(),
+            faults: Mutex::default(),
         }
     }
 
@@ -103,11 +107,38 @@ impl Sim {
         self.imds_lag_ms
     }
 
-    /// Counts one EC2 request for `action`, answered or refused: benchmarks and tests count
-    /// what a client asked of EC2 here, independently of what the client reports itself.
+    /// Counts one EC2 request for `action`, answered, refused or faulted (injected faults are
+    /// counted here too): benchmarks and tests count what a client asked of EC2 here,
+    /// independently of what the client reports itself.
     pub fn record_call(&self, action: &str) {
         let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         *calls.entry(action.to_string()).or_default() += 1;
+    }
+
+    /// Replaces the EC2 fault plan (see [`crate::faults`]); a bad plan changes nothing.
+    pub fn set_faults(&self, plan: Faults) -> Result<(), FaultError> {
+        self.injector().set(plan)
+    }
+
+    /// The fault plan in force and what it injected so far.
+    pub fn fault_report(&self) -> FaultReport {
+        self.injector().report()
+    }
+
+    /// Decides (and counts) the faults of one EC2 call of `action`.
+    pub fn decide_fault(&self, action: &str) -> Decision {
+        self.injector().decide(action)
+    }
+
+    /// A request id for a faulted call, drawn from the injector so that the model (and the ids
+    /// it hands out next) stays exactly as if the call had never come.
+    pub fn fault_request_hex(&self) -> String {
+        self.injector().random_hex(32)
+    }
+
+    fn injector(&self) -> MutexGuard<'_, Injector> {
+        // Nothing in the injector can be left half-updated by a panic.
+        self.faults.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// EC2 requests so far, by action.

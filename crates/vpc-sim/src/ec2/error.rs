@@ -1,4 +1,5 @@
-//! EC2 errors on the wire: `<Response><Errors><Error><Code>..` with HTTP 400.
+//! EC2 errors on the wire: `<Response><Errors><Error><Code>..` with HTTP 400 (client errors),
+//! 500 or 503 (EC2's side, throttling).
 
 use thiserror::Error;
 
@@ -57,6 +58,11 @@ impl Ec2Error {
             message: format!("An internal error has occurred ({detail})"),
             status: 500,
         }
+    }
+
+    /// The HTTP status to send (400 if `status` is not one).
+    pub fn http_status(&self) -> axum::http::StatusCode {
+        axum::http::StatusCode::from_u16(self.status).unwrap_or(axum::http::StatusCode::BAD_REQUEST)
     }
 
     /// The body EC2 sends with an error.

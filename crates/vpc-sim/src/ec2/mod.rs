@@ -1,10 +1,21 @@
 //! The EC2 Query API over HTTP: `POST /` with a form body, XML replies, AWS-shaped errors.
-//! Also the simulator's own admin views: `GET /_sim/state` (the whole model as JSON) and
-//! `GET /_sim/calls` (EC2 requests so far, by action).
+//! Also the simulator's own admin endpoints:
+//!
+//! * `GET /_sim/state`: the whole model as JSON;
+//! * `GET /_sim/calls`: EC2 requests received so far, by action: every one, whether it was
+//!   answered, refused, or hit by an injected fault (a dropped call counts too);
+//! * `GET /_sim/faults`: the fault plan in force and the faults injected so far, in all and by
+//!   action ([`crate::faults::FaultReport`]);
+//! * `PUT /_sim/faults`: replaces the plan with the JSON body ([`crate::faults::Faults`];
+//!   `{}` turns faults off) and answers like GET; a bad plan gets 400 `{"error": ".."}` naming
+//!   the field, and the old plan stays.
+//!
+//! An injected fault is decided before the model is touched; see [`crate::faults`].
 
 mod actions;
 pub mod error;
 pub mod filter;
+pub mod inject;
 pub mod params;
 pub mod xml;
 
@@ -21,7 +32,24 @@ pub use error::Ec2Error;
 pub use params::Params;
 
 use crate::Sim;
+use crate::faults::Outcome;
 use crate::model::Model;
+
+/// Every action [`dispatch`] serves (what a fault plan's `actions` may name).
+pub const ACTIONS: &[&str] = &[
+    "DescribeInstances",
+    "DescribeInstanceTypes",
+    "DescribeSubnets",
+    "DescribeNetworkInterfaces",
+    "CreateNetworkInterface",
+    "DeleteNetworkInterface",
+    "ModifyNetworkInterfaceAttribute",
+    "AttachNetworkInterface",
+    "DetachNetworkInterface",
+    "AssignPrivateIpAddresses",
+    "UnassignPrivateIpAddresses",
+    "CreateTags",
+];
 
 /// What an action handler gets.
 pub struct Ctx<'a> {
@@ -35,12 +63,16 @@ pub struct Ctx<'a> {
     pub request_id: &'a str,
 }
 
-/// The EC2 router (plus `/_sim/state` and `/_sim/calls`).
+/// The EC2 router (plus `/_sim/state`, `/_sim/calls` and `/_sim/faults`).
 pub fn router(sim: Arc<Sim>) -> Router {
     Router::new()
         .route("/", post(handle))
         .route("/_sim/state", get(state))
         .route("/_sim/calls", get(calls))
+        .route(
+            "/_sim/faults",
+            get(inject::get_faults).put(inject::put_faults),
+        )
         .with_state(sim)
 }
 
@@ -52,7 +84,7 @@ async fn state(State(sim): State<Arc<Sim>>) -> Response {
     json_reply(serde_json::to_string_pretty(&sim.model().snapshot()))
 }
 
-fn json_reply(json: serde_json::Result<String>) -> Response {
+pub(crate) fn json_reply(json: serde_json::Result<String>) -> Response {
     match json {
         Ok(json) => ([(header::CONTENT_TYPE, "application/json")], json).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
@@ -63,6 +95,28 @@ async fn handle(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
     let params = Params::parse(&body);
     let action = params.get("Action").unwrap_or("-").to_string();
     sim.record_call(&action);
+    let fault = sim.decide_fault(&action);
+    if fault.slow_ms > 0 {
+        // Before the model is locked, like the attach latency.
+        tokio::time::sleep(std::time::Duration::from_millis(fault.slow_ms)).await;
+    }
+    let injected = match fault.outcome {
+        Outcome::Throttle => Some(inject::throttled()),
+        Outcome::ServerError(kind) => Some(inject::server_error(kind)),
+        Outcome::Drop => {
+            tracing::info!(
+                action,
+                "injected fault: dropping the connection, call not applied"
+            );
+            return inject::dropped_connection();
+        }
+        Outcome::Answer | Outcome::DropAfter => None,
+    };
+    if let Some(e) = injected {
+        let request_id = format_request_id(&sim.fault_request_hex());
+        tracing::info!(action, request_id, code = %e.code, "injected fault");
+        return render(e.http_status(), e.to_xml(&request_id), &request_id);
+    }
     if action == "AttachNetworkInterface" && sim.attach_latency_ms() > 0 {
         // Before the model is locked: other calls go on meanwhile, as on EC2.
         tokio::time::sleep(std::time::Duration::from_millis(sim.attach_latency_ms())).await;
@@ -80,6 +134,20 @@ async fn handle(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
     } else {
         execute(&sim, &params)
     };
+    if fault.outcome == Outcome::DropAfter {
+        tracing::info!(
+            action,
+            request_id,
+            ok = result.is_ok(),
+            "injected fault: call applied, dropping the connection"
+        );
+        return inject::dropped_connection();
+    }
+    reply(&action, &request_id, result)
+}
+
+/// The HTTP answer to one call.
+fn reply(action: &str, request_id: &str, result: Result<String, Ec2Error>) -> Response {
     let (status, body) = match result {
         Ok(xml) => {
             tracing::debug!(action, request_id, "ok");
@@ -87,17 +155,21 @@ async fn handle(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
         }
         Err(e) => {
             tracing::info!(action, request_id, code = %e.code, message = %e.message, "refused");
-            let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
-            (status, e.to_xml(&request_id))
+            (e.http_status(), e.to_xml(request_id))
         }
     };
+    render(status, body, request_id)
+}
+
+/// An EC2 reply: XML with the request id in a header too.
+fn render(status: StatusCode, body: String, request_id: &str) -> Response {
     let mut resp = (status, body).into_response();
     let headers = resp.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/xml;charset=UTF-8"),
     );
-    if let Ok(v) = HeaderValue::from_str(&request_id) {
+    if let Ok(v) = HeaderValue::from_str(request_id) {
         headers.insert("x-amzn-requestid", v);
     }
     resp
@@ -139,7 +211,14 @@ fn execute(sim: &Sim, params: &Params) -> (String, Result<String, Ec2Error>) {
 
 /// A UUID-shaped request id.
 fn request_id(model: &mut Model) -> String {
-    let h = model.random_hex(32);
+    format_request_id(&model.random_hex(32))
+}
+
+/// 32 hex digits as a UUID.
+fn format_request_id(h: &str) -> String {
+    if h.len() < 32 {
+        return h.to_string();
+    }
     format!(
         "{}-{}-{}-{}-{}",
         &h[0..8],

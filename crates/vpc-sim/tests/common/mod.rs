@@ -243,6 +243,7 @@ impl Harness {
     }
 }
 
+#[derive(Debug)]
 pub struct Reply {
     pub status: u16,
     pub headers: axum::http::HeaderMap,
