@@ -13,17 +13,27 @@
 //! support is in the text encoder only, so that one metric is a small custom collector
 //! ([`metrics`]). It is used without its `protobuf` feature (text format only) and with
 //! `process`, so `process_*` metrics are exported as the Go CNI's process collector does.
+//!
+//! # Hostile or broken clients
+//! [`serve`] speaks HTTP/1 only and bounds what a client can hold: the time to send headers,
+//! their size, the body size, the time per request, the age of a connection and the number
+//! of connections at once ([`limits`] lists each with its reason). Garbage on the wire ends
+//! that one connection, logged at debug; it never stops the server.
 
+mod accept;
 mod env;
 mod gotime;
+mod guard;
 pub mod json;
+pub mod limits;
 pub mod metrics;
 mod routes;
 mod serve;
 mod view;
 
 pub use env::{IpamdEnv, NetworkUtilsEnv};
+pub use limits::Limits;
 pub use metrics::{ActionGuard, Metrics, metrics_router};
 pub use routes::{AVAILABLE_COMMANDS, introspection_router};
-pub use serve::{Bind, serve};
+pub use serve::{Bind, serve, serve_on, serve_with};
 pub use view::{PoolView, Source};

@@ -8,7 +8,11 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use axum::Router;
+use axum::serve::Listener;
 use tokio::net::{TcpListener, UnixListener};
+
+use crate::accept;
+use crate::limits::Limits;
 
 /// Where to listen.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,7 +32,8 @@ impl fmt::Display for Bind {
     }
 }
 
-/// Serves `router` on `bind` until `shutdown` completes, then lets open requests finish.
+/// Serves `router` on `bind` until `shutdown` completes, then lets open requests finish;
+/// the same as [`serve_with`] with [`Limits::default`].
 ///
 /// For a Unix socket, a stale socket file left by an earlier run is removed first (a live one,
 /// answering connections, is refused with `AddrInUse`; anything that is not a socket is left
@@ -39,14 +44,25 @@ pub async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
+    serve_with(bind, router, Limits::default(), shutdown).await
+}
+
+/// [`serve`] under the given [`Limits`] (header read timeout, header size, connection cap,
+/// body size, request time, connection age, shutdown grace). Limits that cannot work (zero
+/// connections, a zero timeout) are refused with `InvalidInput` before binding.
+pub async fn serve_with(
+    bind: Bind,
+    router: Router,
+    limits: Limits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    limits.check()?;
     match bind {
         Bind::Tcp(addr) => {
             let listener = TcpListener::bind(addr)
                 .await
                 .map_err(|e| context(e, format!("binding {addr}")))?;
-            axum::serve(listener, router)
-                .with_graceful_shutdown(shutdown)
-                .await
+            accept::run(listener, router, limits, shutdown).await
         }
         Bind::Unix(path) => {
             remove_stale_socket(&path)?;
@@ -54,9 +70,7 @@ pub async fn serve(
                 .map_err(|e| context(e, format!("binding unix:{}", path.display())))?;
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
                 .map_err(|e| context(e, format!("making {} mode 0600", path.display())))?;
-            let served = axum::serve(listener, router)
-                .with_graceful_shutdown(shutdown)
-                .await;
+            let served = accept::run(listener, router, limits, shutdown).await;
             if let Err(e) = std::fs::remove_file(&path)
                 && e.kind() != io::ErrorKind::NotFound
             {
@@ -65,6 +79,22 @@ pub async fn serve(
             served
         }
     }
+}
+
+/// [`serve_with`] on a listener the caller has bound (a TCP listener on port 0 in tests, or
+/// one handed over by a supervisor). The caller owns the listener's address: no socket file
+/// is made 0600 or removed here.
+pub async fn serve_on<L>(
+    listener: L,
+    router: Router,
+    limits: Limits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()>
+where
+    L: Listener,
+    L::Addr: fmt::Debug,
+{
+    accept::run(listener, router, limits, shutdown).await
 }
 
 fn remove_stale_socket(path: &Path) -> io::Result<()> {

@@ -1,5 +1,7 @@
 #![allow(dead_code)]
 
+pub mod raw;
+
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
