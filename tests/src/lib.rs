@@ -256,6 +256,33 @@ impl VpcBox {
         serde_json::from_str(&body).expect("sim state JSON")
     }
 
+    /// EC2 requests vpc-sim has received so far, by action (`GET /_sim/calls`).
+    pub fn sim_calls(&self) -> std::collections::BTreeMap<String, u64> {
+        let (status, body) = http(&self.info.ec2_endpoint, "GET", "/_sim/calls", "");
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).expect("sim calls JSON")
+    }
+
+    /// Replaces vpc-sim's fault plan (`PUT /_sim/faults`; `{}` turns faults off) and returns
+    /// its report.
+    pub fn set_faults(&self, plan: &Value) -> Value {
+        let (status, body) = http(
+            &self.info.ec2_endpoint,
+            "PUT",
+            "/_sim/faults",
+            &plan.to_string(),
+        );
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).expect("fault report JSON")
+    }
+
+    /// vpc-sim's fault report: the plan and the faults injected so far (`GET /_sim/faults`).
+    pub fn faults(&self) -> Value {
+        let (status, body) = http(&self.info.ec2_endpoint, "GET", "/_sim/faults", "");
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).expect("fault report JSON")
+    }
+
     /// What ipamd on node `i` holds for an attachment.
     pub fn allocation(&self, i: usize, key: ipam_proto::AttachmentKey) -> ipam_proto::Allocation {
         ipam_proto::Client::new(&self.node(i).ipamd_socket)

@@ -118,3 +118,93 @@ fn del_succeeds_and_cleans_the_host_while_ipamd_is_down() {
     e2e::Cni::new("GC", node).stdin(gc).run().ok_silent();
     assert_eq!(vbox.status(1).pool.assigned, 0);
 }
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn damaged_state_is_rebuilt_and_live_pods_keep_their_addresses() {
+    require_root();
+    // Reconciliation every 2 s: it releases recovered addresses once their pods are gone.
+    let vbox = VpcBox::up(&["--ipamd-env", "IPAMD_RECONCILE_INTERVAL=2"]);
+    let node = vbox.node(1);
+    let socket = node.ipamd_socket.clone();
+    let c = conf("1.1.0", &socket, json!({}));
+    let pods: Vec<_> = (0..3).map(|_| vbox.pod(1)).collect();
+    let results: Vec<_> = pods
+        .iter()
+        .map(|p| p.cni("ADD").stdin(c.clone()).run().ok())
+        .collect();
+    let ips: Vec<String> = results.iter().map(pod_ip).collect();
+    let state = std::path::Path::new(&node.state_dir);
+    let log_since = |mark: usize| {
+        let log = std::fs::read_to_string(&node.ipamd_log).unwrap();
+        log[mark.min(log.len())..].to_string()
+    };
+
+    // 1. Killed, and the database truncated behind its back: sled opens it empty.
+    vbox.stop_ipamd(1, true);
+    let mark = std::fs::metadata(&node.ipamd_log).unwrap().len() as usize;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(state.join("db"))
+        .unwrap()
+        .set_len(100)
+        .unwrap();
+    vbox.start_ipamd(1);
+    let log = log_since(mark);
+    assert!(log.contains("stored state lost"), "{log}");
+    for ip in &ips {
+        assert!(
+            log.lines().any(
+                |l| l.contains("recovered an address stored state did not hold")
+                    && l.contains(ip.as_str())
+            ),
+            "{ip} not recovered:\n{log}"
+        );
+    }
+    assert_eq!(
+        vbox.status(1).pool.assigned,
+        3,
+        "the live pods' addresses are held"
+    );
+    for (pod, ip) in pods.iter().zip(&ips) {
+        assert!(pod.ping_from_node(ip), "{ip} unreachable");
+    }
+    // A new pod gets none of them (it waits for an address nobody may still be using).
+    let newcomer = vbox.pod(1);
+    let fresh = pod_ip(&newcomer.cni("ADD").stdin(c.clone()).run().ok());
+    assert!(!ips.contains(&fresh), "{fresh} handed out twice");
+
+    // 2. Killed again, and the database made unopenable: it is moved aside, not deleted.
+    vbox.stop_ipamd(1, true);
+    let mark = std::fs::metadata(&node.ipamd_log).unwrap().len() as usize;
+    std::fs::write(state.join("conf"), b"\xff\xfe not a sled config").unwrap();
+    vbox.start_ipamd(1);
+    let log = log_since(mark);
+    assert!(log.contains("could not be opened"), "{log}");
+    let parent = state.parent().unwrap();
+    let kept = std::fs::read_dir(parent)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .any(|e| e.file_name().to_string_lossy().contains(".corrupt-"));
+    assert!(
+        kept,
+        "the damaged database was not kept next to {}",
+        state.display()
+    );
+    assert_eq!(
+        vbox.status(1).pool.assigned,
+        4,
+        "three recovered pods and the newcomer"
+    );
+
+    // 3. The pods go. Their DELs name keys ipamd no longer has; the recovered addresses
+    // are released once their routes are gone, and everything agrees again.
+    for (pod, result) in pods.iter().zip(&results) {
+        pod.cni("DEL")
+            .stdin(conf("1.1.0", &socket, json!({ "prevResult": result })))
+            .run()
+            .ok_silent();
+    }
+    settle_and_agree(&vbox, 1);
+    assert_eq!(vbox.status(1).pool.assigned, 1, "only the newcomer");
+}

@@ -75,3 +75,115 @@ pub fn assert_host_wired(node_netns: &str, pod_ip: &str, veth: &str) {
         "{want} missing: {rules:?}"
     );
 }
+
+/// ENI id -> its secondary addresses, for every ENI EC2 (vpc-sim) has attached to node `i`;
+/// and the ids of ENIs made for that node that are attached to nothing (leaked).
+pub fn ec2_view(
+    vbox: &e2e::VpcBox,
+    i: usize,
+) -> (
+    std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+    Vec<String>,
+) {
+    let instance = vbox.node(i).instance_id.clone();
+    let state = vbox.sim_state();
+    let mut attached = std::collections::BTreeMap::new();
+    let mut detached = Vec::new();
+    for eni in state["enis"].as_array().expect("enis") {
+        let id = eni["id"].as_str().expect("id").to_string();
+        if eni["attachment"]["instance_id"] == instance.as_str() {
+            let ips = eni["secondary_ips"]
+                .as_array()
+                .expect("secondary_ips")
+                .iter()
+                .map(|s| s["value"].as_str().expect("ip").to_string())
+                .collect();
+            attached.insert(id, ips);
+        } else if eni["attachment"].is_null()
+            && eni["description"]
+                .as_str()
+                .is_some_and(|d| d.contains(&instance))
+        {
+            detached.push(id);
+        }
+    }
+    (attached, detached)
+}
+
+/// ENI id -> its secondary addresses, and the addresses held by pods, as ipamd on `node`
+/// shows them on its introspection endpoint.
+pub fn ipamd_view(
+    node: &e2e::Node,
+) -> (
+    std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+    std::collections::BTreeSet<String>,
+) {
+    let enis = node.get_json("http://127.0.0.1:61679/v1/enis");
+    let mut pool = std::collections::BTreeMap::new();
+    let mut held = std::collections::BTreeSet::new();
+    for (id, eni) in enis["0"]["ENIs"].as_object().expect("ENIs of card 0") {
+        let mut ips = std::collections::BTreeSet::new();
+        for cidr in eni["AvailableIPv4Cidrs"]
+            .as_object()
+            .expect("cidrs")
+            .values()
+        {
+            for (ip, addr) in cidr["IPAddresses"].as_object().expect("addresses") {
+                ips.insert(ip.clone());
+                if addr["IPAMKey"]["networkName"] != "" {
+                    held.insert(ip.clone());
+                }
+            }
+        }
+        pool.insert(id.clone(), ips);
+    }
+    (pool, held)
+}
+
+/// Pod addresses the node still routes to a veth (`<ip> dev eni...` in main).
+pub fn node_pod_routes(node_netns: &str) -> Vec<String> {
+    ip(&["-n", node_netns, "-4", "route", "show"])
+        .into_iter()
+        .filter(|l| l.contains(" dev eni") && l.contains("scope link") && !l.contains('/'))
+        .collect()
+}
+
+/// Whether EC2, ipamd (whose pool is its store's content) and the node agree on node `i`:
+/// the same ENIs with the same addresses, no ENI made for the node left unattached, and the
+/// addresses ipamd holds for pods exactly those the node routes to pods. Says how not.
+pub fn agreement(vbox: &e2e::VpcBox, i: usize) -> Result<(), String> {
+    let node = vbox.node(i);
+    let (ec2, leaked) = ec2_view(vbox, i);
+    let (pool, held) = ipamd_view(node);
+    if pool != ec2 {
+        return Err(format!("ipamd's pool {pool:?} differs from EC2's {ec2:?}"));
+    }
+    if !leaked.is_empty() {
+        return Err(format!(
+            "ENIs made for the node but attached to nothing: {leaked:?}"
+        ));
+    }
+    let routed: std::collections::BTreeSet<String> = node_pod_routes(&node.netns)
+        .iter()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect();
+    if held != routed {
+        return Err(format!(
+            "addresses held for pods {held:?} differ from pod routes {routed:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// Waits (bounded, 120 s) until [`agreement`] holds: ipamd may still be giving back surplus
+/// addresses or ENIs. Panics with the last difference.
+pub fn settle_and_agree(vbox: &e2e::VpcBox, i: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        match agreement(vbox, i) {
+            Ok(()) => return,
+            Err(e) if std::time::Instant::now() > deadline => panic!("no agreement: {e}"),
+            Err(_) => std::thread::sleep(std::time::Duration::from_secs(2)),
+        }
+    }
+}
