@@ -67,6 +67,14 @@ impl CallObserver for Ec2Metrics {
         let code = error.map(|e| e.code.clone().unwrap_or_else(|| format!("{:?}", e.kind)));
         self.0.aws_api(api, elapsed.as_secs_f64(), code.as_deref());
     }
+
+    fn backoff(&self, api: &str, error: &CloudError, delay: Duration) {
+        let reason = error
+            .code
+            .clone()
+            .unwrap_or_else(|| format!("{:?}", error.kind));
+        self.0.ec2_backoff(api, &reason, delay.as_secs_f64());
+    }
 }
 
 #[cfg(test)]
@@ -122,5 +130,36 @@ mod tests {
             text.contains(r#"awscni_aws_api_error_count{api="AssignPrivateIpAddresses",error="RequestLimitExceeded"} 1"#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn backoffs_reach_the_metrics_with_their_reason_and_length() {
+        let metrics = Arc::new(Metrics::new("test").unwrap());
+        let observer = Ec2Metrics(Arc::clone(&metrics));
+        let throttled = CloudError::from_code("A", "RequestLimitExceeded", "slow down");
+        let dropped = CloudError {
+            api: "A".into(),
+            kind: cloud::CloudErrorKind::Unavailable,
+            code: None,
+            message: "connection closed before message completed".into(),
+        };
+        observer.backoff(
+            "AssignPrivateIpAddresses",
+            &throttled,
+            Duration::from_millis(250),
+        );
+        observer.backoff(
+            "AssignPrivateIpAddresses",
+            &dropped,
+            Duration::from_millis(500),
+        );
+        let text = metrics.encode();
+        for line in [
+            r#"vpccni_ec2_retries_total{api="AssignPrivateIpAddresses",reason="RequestLimitExceeded"} 1"#,
+            r#"vpccni_ec2_retries_total{api="AssignPrivateIpAddresses",reason="Unavailable"} 1"#,
+            r#"vpccni_ec2_backoff_seconds_total{api="AssignPrivateIpAddresses"} 0.75"#,
+        ] {
+            assert!(text.contains(line), "{line} missing:\n{text}");
+        }
     }
 }

@@ -87,9 +87,12 @@ impl AwsEc2 {
         let timeouts = TimeoutConfig::builder()
             .operation_attempt_timeout(settings.attempt_timeout)
             .build();
+        // No retries in the SDK: `throttle::Throttled` retries throttling and transient
+        // failures itself, visibly in the metrics, and two layers would multiply the waits.
         let shared = aws_config::defaults(BehaviorVersion::latest())
             .region(aws_config::Region::new(settings.region.clone()))
             .timeout_config(timeouts)
+            .retry_config(aws_config::retry::RetryConfig::disabled())
             .load()
             .await;
         let mut conf = aws_sdk_ec2::config::Builder::from(&shared);

@@ -1,6 +1,8 @@
 //! Client-side rate limiting for EC2: a token bucket per API, and jittered exponential backoff
-//! when EC2 throttles anyway. The Go CNI has neither (it relies on the SDK's retryer alone), and
-//! a whole node group starting at once throttles its account (reference §8, row 5).
+//! when EC2 throttles anyway or fails transiently (5xx, a dropped connection, a timeout). The
+//! Go CNI has neither (it relies on the SDK's retryer alone), and a whole node group starting
+//! at once throttles its account (reference §8, row 5). This is the client's only retry layer
+//! (the SDK's own is turned off in `aws`), so every retry and every wait reaches the metrics.
 //!
 //! The arithmetic ([`TokenBucket`], [`Backoff`]) is pure and takes time as an argument;
 //! [`Throttled`] wraps any [`Ec2`] and does the waiting.
@@ -82,7 +84,7 @@ pub struct ThrottlePolicy {
     pub describe: (u32, f64),
     /// Burst and refill per second of each mutating API.
     pub mutate: (u32, f64),
-    /// Attempts per call in all, when EC2 throttles.
+    /// Attempts per call in all, when EC2 throttles or fails transiently.
     pub attempts: u32,
     /// Backoff between them.
     pub backoff: Backoff,
@@ -110,7 +112,7 @@ impl Default for ThrottlePolicy {
 pub struct ThrottleStats {
     /// Calls that waited for a token.
     pub waits: AtomicU64,
-    /// Calls EC2 throttled and that were retried.
+    /// Calls EC2 throttled or failed transiently and that were retried.
     pub retries: AtomicU64,
 }
 
@@ -119,10 +121,25 @@ pub struct ThrottleStats {
 pub trait CallObserver: Send + Sync {
     /// `api` (e.g. `AssignPrivateIpAddresses`) took `elapsed` and ended with `error`, if any.
     fn observe(&self, api: &str, elapsed: Duration, error: Option<&CloudError>);
+
+    /// `api` failed with `error` and is retried after `delay`.
+    fn backoff(&self, api: &str, error: &CloudError, delay: Duration) {
+        let _ = (api, error, delay);
+    }
+}
+
+/// Whether a failure may go away by itself: EC2 throttling, or EC2 failing or unreachable.
+/// Retrying a mutating call after a transient failure may repeat it (EC2 may have acted before
+/// the answer was lost); the callers' reconciliation copes with that, as it must with the SDK.
+fn transient(e: &CloudError) -> bool {
+    matches!(
+        e.kind,
+        CloudErrorKind::Throttled | CloudErrorKind::Unavailable
+    )
 }
 
 /// An [`Ec2`] whose calls pass a token bucket per API and are retried with backoff when EC2
-/// throttles them.
+/// throttles them or fails transiently.
 pub struct Throttled<E> {
     inner: E,
     policy: ThrottlePolicy,
@@ -192,14 +209,15 @@ impl<E: Ec2> Throttled<E> {
                 observer.observe(api, started.elapsed(), result.as_ref().err());
             }
             match result {
-                Err(e)
-                    if e.kind == CloudErrorKind::Throttled
-                        && attempt + 1 < self.policy.attempts =>
-                {
+                Err(e) if transient(&e) && attempt + 1 < self.policy.attempts => {
                     self.stats.retries.fetch_add(1, Ordering::Relaxed);
                     let jitter =
                         f64::from(getrandom::u32().unwrap_or(u32::MAX / 2)) / f64::from(u32::MAX);
-                    tokio::time::sleep(self.policy.backoff.delay(attempt, jitter)).await;
+                    let delay = self.policy.backoff.delay(attempt, jitter);
+                    if let Some(observer) = &self.observer {
+                        observer.backoff(api, &e, delay);
+                    }
+                    tokio::time::sleep(delay).await;
                     attempt += 1;
                 }
                 other => return other,
@@ -466,6 +484,54 @@ mod tests {
         let err = ec2.delete_network_interface("eni-none").await.unwrap_err();
         assert_eq!(err.kind, CloudErrorKind::NotFound);
         assert_eq!(fake.calls().len(), 5, "a NotFound is final");
+    }
+
+    #[derive(Default)]
+    struct Backoffs(Mutex<Vec<(String, CloudErrorKind, Duration)>>);
+
+    impl CallObserver for Backoffs {
+        fn observe(&self, _: &str, _: Duration, _: Option<&CloudError>) {}
+        fn backoff(&self, api: &str, error: &CloudError, delay: Duration) {
+            self.0
+                .lock()
+                .unwrap()
+                .push((api.to_string(), error.kind, delay));
+        }
+    }
+
+    #[tokio::test]
+    async fn transient_failures_are_retried_with_each_backoff_reported() {
+        let fake = Arc::new(FakeEc2::default());
+        let unavailable = CloudError {
+            api: "A".into(),
+            kind: CloudErrorKind::Unavailable,
+            code: Some("InternalError".into()),
+            message: "An internal error has occurred.".into(),
+        };
+        fake.fail_next(
+            "AssignPrivateIpAddresses",
+            vec![unavailable, throttled("A")],
+        );
+        let seen = Arc::new(Backoffs::default());
+        let ec2 = Throttled::new(Arc::clone(&fake), quick())
+            .with_observer(Arc::clone(&seen) as Arc<dyn CallObserver>);
+        // The fake refuses the unknown ENI once the injected failures are used up: a final
+        // error, reached only because both transient ones were retried.
+        let err = ec2.assign_private_ips("eni-x", 1).await.unwrap_err();
+        assert_ne!(err.kind, CloudErrorKind::Unavailable, "{err}");
+        let seen = seen.0.lock().unwrap().clone();
+        let kinds: Vec<_> = seen.iter().map(|(api, k, _)| (api.as_str(), *k)).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                ("AssignPrivateIpAddresses", CloudErrorKind::Unavailable),
+                ("AssignPrivateIpAddresses", CloudErrorKind::Throttled),
+            ]
+        );
+        // Within the policy's jittered range: half to all of 1 ms, then of 2 ms.
+        assert!(seen[0].2 >= ms(1) / 2 && seen[0].2 <= ms(1), "{seen:?}");
+        assert!(seen[1].2 >= ms(1) && seen[1].2 <= ms(2), "{seen:?}");
+        assert_eq!(ec2.stats().retries.load(Ordering::Relaxed), 2);
     }
 
     #[tokio::test]

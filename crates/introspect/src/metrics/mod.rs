@@ -15,8 +15,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use pool::SlotState;
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    CounterVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 
 use crate::view::{PoolView, Source};
@@ -83,6 +83,8 @@ pub struct Metrics {
     add_duration: HistogramVec,
     ec2_api_duration: HistogramVec,
     cooling_ips: IntGauge,
+    ec2_retries: IntCounterVec,
+    ec2_backoff: CounterVec,
 }
 
 impl Metrics {
@@ -256,6 +258,22 @@ impl Metrics {
                 "vpccni_cooling_ip_addresses",
                 "The number of free IP addresses still cooling down after a pod released them",
             )?,
+            ec2_retries: counter_vec(
+                &r,
+                "vpccni_ec2_retries_total",
+                "EC2 requests retried after throttling or a transient failure, by API and reason (the error code, or Unavailable for a dropped connection or timeout)",
+                &["api", "reason"],
+            )?,
+            ec2_backoff: registered(
+                &r,
+                CounterVec::new(
+                    Opts::new(
+                        "vpccni_ec2_backoff_seconds_total",
+                        "Seconds spent backing off before retrying EC2 requests, by API",
+                    ),
+                    &["api"],
+                )?,
+            )?,
             scrape: Mutex::new(()),
             registry: r,
         };
@@ -409,6 +427,14 @@ impl Metrics {
             self.ec2api_error.with_label_values(&[api]).inc();
             self.aws_api_error.with_label_values(&[api, code]).inc();
         }
+    }
+
+    /// An EC2 request that failed for `reason` is retried after `seconds`:
+    /// `vpccni_ec2_retries_total{api, reason}` += 1, `vpccni_ec2_backoff_seconds_total{api}`
+    /// += `seconds`.
+    pub fn ec2_backoff(&self, api: &str, reason: &str, seconds: f64) {
+        self.ec2_retries.with_label_values(&[api, reason]).inc();
+        self.ec2_backoff.with_label_values(&[api]).inc_by(seconds);
     }
 
     /// One IMDS request (the Go CNI's `GetMetadata`): only
