@@ -13,6 +13,8 @@ mod args;
 mod conf;
 mod env;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod json;
 mod result;
 mod validate;

@@ -8,6 +8,8 @@
 
 mod client;
 mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 mod message;
 
 pub use client::{Client, ClientError};
