@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole suite: installs what it needs, then runs every tier.
 #   1. formatting and lints (cargo fmt, clippy -D warnings, shellcheck)
-#   2. unit, property and daemon tests (no privileges)
+#   2. unit, property and daemon tests (no privileges), and a bounded coverage-guided fuzzing run
+#      of the input parsers (cargo fuzz; needs a nightly toolchain, SKIPPED without one)
 #   3. the AWS client against moto, an EC2 we did not write
 #   4. root only: netlink tests in fresh namespaces, end-to-end tests of the real binaries in
 #      VPC-in-a-box, and the demo. Without root these are reported as SKIPPED, never passed.
@@ -30,6 +31,7 @@ fi
 
 step "formatting and lints"
 cargo fmt --all -- --check
+(cd fuzz && cargo fmt -- --check)
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 if command -v shellcheck >/dev/null 2>&1; then
   shellcheck -x scripts/*.sh .ci/run
@@ -44,7 +46,16 @@ cargo build --workspace --quiet
 
 step "unit, property and daemon tests"
 cargo test --workspace --quiet
-passed "unit, property and daemon tests (tiers 1-2)"
+passed "unit, property and daemon tests (tiers 1-2), fuzz corpus replayed"
+
+step "fuzzing"
+FUZZ_SECS=${VPC_CNI_FUZZ_SECS:-20}
+fuzzed=0; scripts/fuzz.sh --secs "$FUZZ_SECS" || fuzzed=$?
+case $fuzzed in
+  0) passed "fuzzing: cni_conf, cni_args, ipam_frame, ${FUZZ_SECS} s each, no crash";;
+  3) skipped "fuzzing: no nightly toolchain (cargo fuzz needs one); the committed corpus was replayed above";;
+  *) die "fuzzing found a crash (see above)";;
+esac
 
 step "config, manifests and Dockerfile"
 scripts/check-config.sh
@@ -70,6 +81,7 @@ if [ $ROOT -eq 1 ]; then
   passed "netlink and plugin tests in fresh namespaces (tier 3)"
   passed "end-to-end tests of the real binaries in VPC-in-a-box (tier 4)"
   passed "real runtimes on a box node: cnitool (libcni) add/check/del/del and portmap traffic, podman (CNI backend) run/exec/rm"
+  passed "hardening on box nodes: SIGKILL chaos during parallel churn, EC2 faults during scale-up, IMDS lag, damaged state"
   step "demo"
   scripts/demo.sh >"${TMPDIR:-/tmp}/vpc-cni-demo.log" 2>&1 || { cat "${TMPDIR:-/tmp}/vpc-cni-demo.log"; die "the demo failed"; }
   passed "scripts/demo.sh"
@@ -80,6 +92,7 @@ else
   skipped "netlink tests in fresh namespaces (tier 3): need root"
   skipped "end-to-end tests in VPC-in-a-box (tier 4): need root"
   skipped "cnitool and podman against a box node: need root"
+  skipped "chaos, EC2 faults, IMDS lag and damaged state on box nodes: need root"
   skipped "scripts/demo.sh: needs root"
 fi
 kill $MOTO_PID 2>/dev/null || true
