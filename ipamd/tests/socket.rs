@@ -172,3 +172,32 @@ async fn bind_replaces_a_stale_socket_but_never_a_file() {
     assert!(err.to_string().contains("is not a socket"), "{err}");
     assert_eq!(std::fs::read(&file).unwrap(), b"keep");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_stalls_mid_frame_is_dropped_while_others_are_served() {
+    use std::io::Read;
+    let s = serve(me()).await;
+    let socket = s.socket.clone();
+    let stalled = tokio::task::spawn_blocking(move || {
+        let mut conn = UnixStream::connect(&socket).unwrap();
+        conn.write_all(br#"{"v":1,"op":"sta"#).unwrap();
+        // Bounded: if the server never closed, this read fails instead of hanging.
+        conn.set_read_timeout(Some(server::FRAME_TIMEOUT * 3))
+            .unwrap();
+        let mut answer = Vec::new();
+        conn.read_to_end(&mut answer).map(|_| answer)
+    });
+    let socket = s.socket.clone();
+    let status = tokio::task::spawn_blocking(move || Client::new(&socket).status())
+        .await
+        .unwrap();
+    assert!(
+        status.is_ok(),
+        "another peer is served meanwhile: {status:?}"
+    );
+    let answer = stalled
+        .await
+        .unwrap()
+        .expect("the server closed the connection");
+    assert!(answer.is_empty(), "closed without an answer: {answer:?}");
+}
