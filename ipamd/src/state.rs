@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use pool::Timestamp;
-use store::{Damage, SledStore, StoreError};
+use store::{SledStore, StoreError};
 use tracing::error;
 
 use crate::daemon::LostState;
@@ -23,10 +23,6 @@ pub fn open_state(dir: &Path, now: Timestamp) -> Result<(SledStore, LostState), 
             "stored state lost: {damage}; every assignment and cooldown is rebuilt from EC2, IMDS and the node's routes, and the pods' names and containers are not recoverable"
         );
         lost.everything = true;
-        if matches!(damage, Damage::Unopenable { .. }) {
-            // Kept for an operator to look at: nothing in it is read again.
-            error!(dir = %dir.display(), "the damaged database was kept, not deleted");
-        }
     }
     for bad in store.salvage()? {
         error!(

@@ -451,26 +451,35 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         if dead.is_empty() {
             return Ok(());
         }
-        let released = self
-            .persist(|pool| {
-                let mut muts = Vec::new();
-                let mut released = Vec::new();
-                for a in dead {
-                    if let Some((r, m)) = pool.release(&a.key, now) {
-                        released.push(r.allocation);
-                        muts.extend(m);
-                    }
-                }
-                Ok::<_, PersistError>((released, muts))
-            })
-            .await?;
-        for a in released {
+        let keys: Vec<_> = dead.into_iter().map(|a| a.key.clone()).collect();
+        for a in self.release_keys(&keys, now).await? {
             info!(
                 ip = %a.ip, attachment = %a.key,
                 "released an address whose pod is gone (its DEL came while ipamd was down)"
             );
         }
         Ok(())
+    }
+
+    /// Releases each of `keys` into cooldown at `now`, in one durable commit; returns what
+    /// they held (keys that held nothing are skipped).
+    async fn release_keys(
+        &self,
+        keys: &[pool::AttachmentKey],
+        now: Timestamp,
+    ) -> Result<Vec<pool::Allocated>, PersistError> {
+        self.persist(|pool| {
+            let mut released = Vec::new();
+            let mut muts = Vec::new();
+            for key in keys {
+                if let Some((r, m)) = pool.release(key, now) {
+                    released.push(r.allocation);
+                    muts.extend(m);
+                }
+            }
+            Ok::<_, PersistError>((released, muts))
+        })
+        .await
     }
 
     fn log_pool_stats(&self) {

@@ -147,21 +147,12 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 return Ok(());
             }
         };
-        let now = self.clock.now();
-        let released = self
-            .persist(|pool| {
-                let mut released = Vec::new();
-                let mut muts = Vec::new();
-                for a in recovered.iter().filter(|a| unrouted.contains(&a.ip)) {
-                    if let Some((r, m)) = pool.release(&a.key, now) {
-                        released.push(r.allocation);
-                        muts.extend(m);
-                    }
-                }
-                Ok::<_, PersistError>((released, muts))
-            })
-            .await?;
-        for a in released {
+        let gone: Vec<_> = recovered
+            .into_iter()
+            .filter(|a| unrouted.contains(&a.ip))
+            .map(|a| a.key)
+            .collect();
+        for a in self.release_keys(&gone, self.clock.now()).await? {
             info!(ip = %a.ip, attachment = %a.key, "released a recovered address: its pod's route is gone");
         }
         Ok(())
