@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The long crash-chaos run: pods added and deleted in parallel on a VPC-in-a-box node while
-# ipamd is SIGKILLed at random moments and restarted (tests/tests/chaos.rs; scripts/test.sh
-# runs a shorter round of the same test).
+# A crash-chaos round of your choosing: pods added and deleted in parallel on a VPC-in-a-box
+# node while ipamd is SIGKILLed at random moments and restarted (tests/tests/chaos.rs, whose
+# default round of 1,000 pods and 20 kills scripts/test.sh runs). A seed repeats a round's kill
+# moments.
 #
 #   scripts/chaos.sh [--pods N] [--kills N] [--seed S]     (defaults: 1000 pods, 20 kills)
 #
