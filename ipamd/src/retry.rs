@@ -1,6 +1,6 @@
-//! Bounded retry of cloud calls whose service could not be reached. Throttling is not retried
-//! here: the EC2 client (cloud::throttle) already backs off on it, and retrying both ways
-//! would multiply the waits.
+//! Bounded retry of IMDS calls at startup, when the metadata service is throttling or cannot be
+//! reached yet. EC2 calls are not wrapped in this: the EC2 client (`cloud::throttle::Throttled`)
+//! already retries them with backoff, and retrying both ways would multiply the waits.
 
 use std::future::Future;
 use std::time::Duration;

@@ -14,7 +14,6 @@ use tracing::{debug, error, info, warn};
 use super::{Daemon, SUBNET_FULL_PAUSE, lock};
 use crate::durability::PersistError;
 use crate::host::{HostError, HostNetwork};
-use crate::retry::retry_transient;
 
 /// Actions carried out in one controller round at most; the next round follows shortly.
 const ACTIONS_PER_ROUND: usize = 4;
@@ -300,10 +299,10 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 return false;
             }
         };
-        if let Err(e) = retry_transient("ModifyNetworkInterfaceAttribute", || {
-            self.ec2.set_delete_on_termination(&eni.id, &attachment)
-        })
-        .await
+        if let Err(e) = self
+            .ec2
+            .set_delete_on_termination(&eni.id, &attachment)
+            .await
         {
             // Attached but would outlive the instance: give it back rather than risk a leak.
             warn!(eni = %eni.id, error = %e, "DeleteOnTermination could not be set; freeing the ENI");
@@ -402,11 +401,10 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// EC2 lists as attached nor one the pool still holds (a detached ENI's table stays its own
     /// until the reconciliation has removed it).
     async fn free_device_index(&self) -> Result<u32, CloudError> {
-        let attached = retry_transient("DescribeNetworkInterfaces", || {
-            self.ec2
-                .describe_instance_enis(&self.node.identity.instance_id)
-        })
-        .await?;
+        let attached = self
+            .ec2
+            .describe_instance_enis(&self.node.identity.instance_id)
+            .await?;
         let mut used: BTreeSet<u32> = attached
             .iter()
             .filter_map(|e| e.attachment.as_ref().map(|a| a.device_index))

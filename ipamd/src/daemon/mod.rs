@@ -28,7 +28,6 @@ use tracing::{error, info, warn};
 use crate::config::Config;
 use crate::durability::{Durability, PersistError};
 use crate::host::{HostError, HostNetwork, NodeNet};
-use crate::retry::retry_transient;
 
 /// How long growth pauses after EC2 says the subnet is full (the Go CNI's 120 s).
 pub const SUBNET_FULL_PAUSE: Duration = Duration::from_secs(120);
@@ -157,19 +156,18 @@ pub async fn instance_limits<E: Ec2>(
         instance_type,
         "instance type not in the embedded table, asking DescribeInstanceTypes"
     );
-    retry_transient("DescribeInstanceTypes", || {
-        ec2.describe_instance_type(instance_type)
-    })
-    .await
-    .map_err(|source| StartupError::UnknownInstanceType {
-        instance_type: instance_type.to_string(),
-        source,
-    })
+    ec2.describe_instance_type(instance_type)
+        .await
+        .map_err(|source| StartupError::UnknownInstanceType {
+            instance_type: instance_type.to_string(),
+            source,
+        })
 }
 
 /// The seams and settings a daemon starts from.
 pub struct Parts<E, I, H, S> {
-    /// EC2.
+    /// EC2. The daemon does not retry its calls: a client that should ride out throttling
+    /// and transient failures retries them itself (ipamd passes `cloud::throttle::Throttled`).
     pub ec2: E,
     /// IMDS.
     pub imds: I,

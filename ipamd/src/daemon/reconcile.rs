@@ -13,7 +13,6 @@ use super::grow::{TAG_INSTANCE_ID, eni_description, sync_eni};
 use super::{Daemon, StartupError, lock};
 use crate::durability::PersistError;
 use crate::host::HostNetwork;
-use crate::retry::retry_transient;
 
 const MACS: &str = "meta-data/network/interfaces/macs/";
 
@@ -128,11 +127,11 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     pub(super) async fn reconcile_with_ec2(&self) -> Result<(), StartupError> {
         let _ec2_ops = self.ec2_ops.lock().await;
         let id = &self.node.identity;
-        let attached = retry_transient("DescribeNetworkInterfaces", || {
-            self.ec2.describe_instance_enis(&id.instance_id)
-        })
-        .await
-        .map_err(StartupError::Reconcile)?;
+        let attached = self
+            .ec2
+            .describe_instance_enis(&id.instance_id)
+            .await
+            .map_err(StartupError::Reconcile)?;
         let primary_id = &id.primary_eni.eni_id;
         let primary = attached
             .iter()
