@@ -133,18 +133,20 @@ impl Run<'_> {
                 drop(live);
                 alive.push_back((pod, result, ip));
             }
-            while alive.len() > LIVE_PER_WORKER || (n + 1 >= self.pods && !alive.is_empty()) {
-                let (pod, result, ip) = alive.pop_front().expect("non-empty");
-                self.live.lock().unwrap().remove(&ip);
-                self.del(&pod, Some(&result));
-                self.tally.done.fetch_add(1, Ordering::SeqCst);
+            while alive.len() > LIVE_PER_WORKER {
+                self.retire(alive.pop_front().expect("more than LIVE_PER_WORKER"));
             }
         }
-        for (pod, result, ip) in alive {
-            self.live.lock().unwrap().remove(&ip);
-            self.del(&pod, Some(&result));
-            self.tally.done.fetch_add(1, Ordering::SeqCst);
+        for pod in alive {
+            self.retire(pod);
         }
+    }
+
+    /// The pod leaves the live set, then is deleted (as kubelet deletes a pod it has stopped).
+    fn retire(&self, (pod, result, ip): (Pod, Value, String)) {
+        self.live.lock().unwrap().remove(&ip);
+        self.del(&pod, Some(&result));
+        self.tally.done.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Every live pod's address is still what ipamd holds for it (asked right after a restart,

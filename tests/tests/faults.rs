@@ -41,10 +41,10 @@ fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.contains("ipamd"))
 }
 
-/// The value of the metric line starting with `prefix` (name and labels), 0 when absent.
-fn metric(text: &str, prefix: &str) -> f64 {
+/// The sum of the samples of metric `name` whose line contains `needle` (e.g. a label).
+fn metric(text: &str, name: &str, needle: &str) -> f64 {
     text.lines()
-        .filter(|l| l.starts_with(prefix))
+        .filter(|l| l.starts_with(name) && l.contains(needle))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
@@ -119,16 +119,13 @@ fn ec2_faults_during_scale_up_are_survived_backed_off_and_converged() {
     // Backoff shows in the metrics: retries by reason, and the time spent waiting.
     let (status, text) = node.get("http://127.0.0.1:61678/metrics");
     assert_eq!(status, 200);
-    let retries = metric(&text, "vpccni_ec2_retries_total{");
-    let throttle_retries: f64 = text
-        .lines()
-        .filter(|l| {
-            l.starts_with("vpccni_ec2_retries_total{")
-                && l.contains("reason=\"RequestLimitExceeded\"")
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
-    let waited = metric(&text, "vpccni_ec2_backoff_seconds_total{");
+    let retries = metric(&text, "vpccni_ec2_retries_total{", "");
+    let throttle_retries = metric(
+        &text,
+        "vpccni_ec2_retries_total{",
+        "reason=\"RequestLimitExceeded\"",
+    );
+    let waited = metric(&text, "vpccni_ec2_backoff_seconds_total{", "");
     eprintln!(
         "ipamd: {retries} EC2 retries ({throttle_retries} after throttling), {waited:.2} s backing off"
     );
