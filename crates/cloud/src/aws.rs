@@ -142,10 +142,28 @@ fn ipv4(api: &str, what: &str, s: &str) -> Result<Ipv4Addr, CloudError> {
     })
 }
 
+/// A field the answer of `api` lacks although ipamd needs it: an error that names both, never
+/// a silent empty value.
+fn missing(api: &str, what: &str) -> CloudError {
+    CloudError::new(
+        api,
+        CloudErrorKind::Other,
+        format!("EC2's answer lacks {what}"),
+    )
+}
+
+fn required<'a>(api: &str, what: &str, value: Option<&'a str>) -> Result<&'a str, CloudError> {
+    value
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| missing(api, what))
+}
+
 fn to_network_interface(
     api: &str,
     eni: &aws_sdk_ec2::types::NetworkInterface,
 ) -> Result<NetworkInterface, CloudError> {
+    let id = required(api, "NetworkInterfaceId", eni.network_interface_id())?;
+    let field = |name: &str| format!("{name} of {id}");
     let primary_ip = eni
         .private_ip_address()
         .map(|s| ipv4(api, "primary address", s))
@@ -171,26 +189,32 @@ fn to_network_interface(
             })?);
         }
     }
+    let attachment = match eni.attachment() {
+        None => None,
+        Some(a) => Some(Attachment {
+            id: required(api, &field("Attachment.AttachmentId"), a.attachment_id())?.to_string(),
+            instance_id: a.instance_id().map(str::to_string),
+            device_index: a
+                .device_index()
+                .and_then(|d| u32::try_from(d).ok())
+                .ok_or_else(|| missing(api, &field("Attachment.DeviceIndex")))?,
+            // Absent in answers from before multi-card instances: card 0.
+            network_card_index: a.network_card_index().unwrap_or(0).max(0) as u32,
+            delete_on_termination: a.delete_on_termination().unwrap_or(false),
+        }),
+    };
     Ok(NetworkInterface {
-        id: eni.network_interface_id().unwrap_or_default().to_string(),
-        mac: eni.mac_address().unwrap_or_default().to_ascii_lowercase(),
-        subnet_id: eni.subnet_id().unwrap_or_default().to_string(),
-        vpc_id: eni.vpc_id().unwrap_or_default().to_string(),
+        id: id.to_string(),
+        mac: required(api, &field("MacAddress"), eni.mac_address())?.to_ascii_lowercase(),
+        subnet_id: required(api, &field("SubnetId"), eni.subnet_id())?.to_string(),
+        vpc_id: required(api, &field("VpcId"), eni.vpc_id())?.to_string(),
+        // EC2 leaves an empty description out.
         description: eni.description().unwrap_or_default().to_string(),
-        status: eni
-            .status()
-            .map(|s| s.as_str().to_string())
-            .unwrap_or_default(),
+        status: required(api, &field("Status"), eni.status().map(|s| s.as_str()))?.to_string(),
         primary_ip,
         secondary_ips,
         prefixes,
-        attachment: eni.attachment().map(|a| Attachment {
-            id: a.attachment_id().unwrap_or_default().to_string(),
-            instance_id: a.instance_id().unwrap_or_default().to_string(),
-            device_index: a.device_index().unwrap_or_default().max(0) as u32,
-            network_card_index: a.network_card_index().unwrap_or_default().max(0) as u32,
-            delete_on_termination: a.delete_on_termination().unwrap_or_default(),
-        }),
+        attachment,
         security_groups: eni
             .groups()
             .iter()
@@ -222,19 +246,19 @@ impl Ec2 for AwsEc2 {
             .send()
             .await
             .map_err(|e| sdk_error(api, e))?;
-        let missing = |what: &str| {
-            CloudError::new(
-                api,
-                CloudErrorKind::NotFound,
-                format!("no {what} for instance type {instance_type}"),
-            )
-        };
+        let missing = |what: &str| missing(api, &format!("{what} of {instance_type}"));
         let info = out
             .instance_types()
             .iter()
             .find(|t| t.instance_type().map(|t| t.as_str()) == Some(instance_type))
-            .ok_or_else(|| missing("answer"))?;
-        let net = info.network_info().ok_or_else(|| missing("network info"))?;
+            .ok_or_else(|| {
+                CloudError::new(
+                    api,
+                    CloudErrorKind::NotFound,
+                    format!("EC2 does not know instance type {instance_type}"),
+                )
+            })?;
+        let net = info.network_info().ok_or_else(|| missing("NetworkInfo"))?;
         let default_card = net.default_network_card_index().unwrap_or(0);
         // Multi-card types: ipamd manages the default card, so its ENI count is the limit.
         let max_enis = net
@@ -243,10 +267,10 @@ impl Ec2 for AwsEc2 {
             .find(|c| c.network_card_index() == Some(default_card))
             .and_then(|c| c.maximum_network_interfaces())
             .or(net.maximum_network_interfaces())
-            .ok_or_else(|| missing("ENI limit"))?;
+            .ok_or_else(|| missing("MaximumNetworkInterfaces"))?;
         let ipv4_per_eni = net
             .ipv4_addresses_per_interface()
-            .ok_or_else(|| missing("address limit"))?;
+            .ok_or_else(|| missing("Ipv4AddressesPerInterface"))?;
         Ok(InstanceLimits {
             max_enis: max_enis.max(0) as u32,
             ipv4_per_eni: ipv4_per_eni.max(0) as u32,
@@ -330,6 +354,7 @@ impl Ec2 for AwsEc2 {
             .create_network_interface()
             .subnet_id(&request.subnet_id)
             .description(&request.description)
+            .client_token(&request.client_token)
             .set_groups(Some(request.security_groups.clone()))
             .set_secondary_private_ip_address_count(
                 (request.ipv4_prefixes == 0)
@@ -348,13 +373,9 @@ impl Ec2 for AwsEc2 {
             .send()
             .await
             .map_err(|e| sdk_error(api, e))?;
-        let eni = out.network_interface().ok_or_else(|| {
-            CloudError::new(
-                api,
-                CloudErrorKind::Other,
-                "the answer holds no network interface",
-            )
-        })?;
+        let eni = out
+            .network_interface()
+            .ok_or_else(|| missing(api, "NetworkInterface"))?;
         to_network_interface(api, eni)
     }
 
@@ -375,13 +396,7 @@ impl Ec2 for AwsEc2 {
             .send()
             .await
             .map_err(|e| sdk_error(api, e))?;
-        out.attachment_id().map(str::to_string).ok_or_else(|| {
-            CloudError::new(
-                api,
-                CloudErrorKind::Other,
-                "the answer holds no attachment id",
-            )
-        })
+        required(api, "AttachmentId", out.attachment_id()).map(str::to_string)
     }
 
     async fn set_delete_on_termination(

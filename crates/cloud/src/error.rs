@@ -17,6 +17,12 @@ pub enum CloudErrorKind {
     Invalid,
     /// The service could not be reached, timed out, or failed on its side (5xx).
     Unavailable,
+    /// The resource is still in use (`InvalidNetworkInterface.InUse`: an ENI EC2 is still
+    /// detaching cannot be deleted yet).
+    InUse,
+    /// Refused before it was sent: too many calls to this API are already waiting for the
+    /// client's rate limit.
+    Overloaded,
     /// Anything else.
     Other,
 }
@@ -36,6 +42,17 @@ pub struct CloudError {
 }
 
 impl CloudError {
+    /// Whether the failure may go away by itself, so the call is worth trying again: EC2
+    /// throttling, or EC2 failing or unreachable. A retried mutating call may repeat what EC2
+    /// already did before its answer was lost; callers make such calls idempotent (a
+    /// ClientToken) or reconcile afterwards.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self.kind,
+            CloudErrorKind::Throttled | CloudErrorKind::Unavailable
+        )
+    }
+
     /// An error from an AWS error code and message.
     pub fn from_code(api: impl Into<String>, code: &str, message: impl Into<String>) -> Self {
         CloudError {
@@ -78,9 +95,11 @@ pub fn classify_code(code: &str) -> CloudErrorKind {
         | "InvalidParameterValue"
         | "InvalidParameterCombination"
         | "MissingParameter"
-        | "InvalidAction" => Invalid,
+        | "InvalidAction"
+        | "IdempotentParameterMismatch" => Invalid,
         c if c.ends_with(".NotFound") => NotFound,
         c if c.ends_with(".Malformed") => Invalid,
+        c if c.ends_with(".InUse") => InUse,
         _ => Other,
     }
 }
@@ -100,6 +119,8 @@ mod tests {
             ("AttachmentLimitExceeded", LimitExceeded),
             ("InvalidNetworkInterfaceID.NotFound", NotFound),
             ("InvalidNetworkInterfaceID.Malformed", Invalid),
+            ("InvalidNetworkInterface.InUse", InUse),
+            ("IdempotentParameterMismatch", Invalid),
             ("UnauthorizedOperation", Unauthorized),
             ("InternalError", Unavailable),
             ("SomethingNew", Other),

@@ -65,6 +65,10 @@ struct Ec2State {
     max_enis: u32,
     /// Ids handed out so far.
     created: u32,
+    /// CreateNetworkInterface's client tokens: the request and the ENI it created.
+    tokens: HashMap<String, (CreateEni, String)>,
+    /// CreateNetworkInterface calls still to act on but answer with a lost connection.
+    lose_create_answers: u32,
 }
 
 /// EC2 in memory: ENIs with secondary addresses taken from their subnet's free list, per-ENI
@@ -127,6 +131,12 @@ impl FakeEc2 {
         s.enis.insert(eni.id.clone(), eni);
     }
 
+    /// Makes the next `n` CreateNetworkInterface calls create their ENI and then fail as a lost
+    /// answer does (Unavailable), so only their ClientToken can tell a retry what they did.
+    pub fn lose_create_answers(&self, n: u32) {
+        self.lock().lose_create_answers = n;
+    }
+
     /// Makes the next call(s) of `api` fail with these errors, one per call.
     pub fn fail_next(&self, api: &'static str, errors: Vec<CloudError>) {
         self.lock().failures.entry(api).or_default().extend(errors);
@@ -181,6 +191,63 @@ fn not_found(api: &str, id: &str) -> CloudError {
         "InvalidNetworkInterfaceID.NotFound",
         format!("The networkInterface ID '{id}' does not exist"),
     )
+}
+
+impl FakeEc2 {
+    /// CreateNetworkInterface's effect: a new ENI with addresses from its subnet.
+    fn create_eni(s: &mut Ec2State, request: &CreateEni) -> Result<NetworkInterface, CloudError> {
+        let api = "CreateNetworkInterface";
+        let wanted = request.secondary_ips as usize + 1;
+        let free = s.free.get_mut(&request.subnet_id).ok_or_else(|| {
+            CloudError::from_code(
+                api,
+                "InvalidSubnetID.NotFound",
+                format!("The subnet ID '{}' does not exist", request.subnet_id),
+            )
+        })?;
+        if free.len() < wanted {
+            return Err(CloudError::from_code(
+                api,
+                "InsufficientFreeAddressesInSubnet",
+                format!(
+                    "The specified subnet {} does not have enough free addresses",
+                    request.subnet_id
+                ),
+            ));
+        }
+        let mut ips: Vec<Ipv4Addr> = free.drain(..wanted).collect();
+        let primary = ips.remove(0);
+        let mut prefixes = Vec::new();
+        for _ in 0..request.ipv4_prefixes {
+            match take_prefix_block(free) {
+                Some(block) => prefixes.push(block),
+                None => {
+                    free.extend(prefixes.iter().flat_map(|p: &Ipv4Network| p.iter()));
+                    free.push(primary);
+                    free.extend(ips);
+                    free.sort();
+                    return Err(no_cidr_block(api, &request.subnet_id));
+                }
+            }
+        }
+        s.created += 1;
+        let n = s.created;
+        let eni = NetworkInterface {
+            id: format!("eni-fake{n:012}"),
+            mac: format!("02:fa:ce:00:{:02x}:{:02x}", n / 256 % 256, n % 256),
+            subnet_id: request.subnet_id.clone(),
+            description: request.description.clone(),
+            status: "available".into(),
+            primary_ip: Some(primary),
+            secondary_ips: ips,
+            prefixes,
+            security_groups: request.security_groups.clone(),
+            tags: request.tags.clone(),
+            ..Default::default()
+        };
+        s.enis.insert(eni.id.clone(), eni.clone());
+        Ok(eni)
+    }
 }
 
 impl Ec2 for FakeEc2 {
@@ -284,7 +351,7 @@ impl Ec2 for FakeEc2 {
             .filter(|e| {
                 e.attachment
                     .as_ref()
-                    .is_some_and(|a| a.instance_id == instance_id)
+                    .is_some_and(|a| a.instance_id.as_deref() == Some(instance_id))
             })
             .cloned()
             .collect())
@@ -296,55 +363,45 @@ impl Ec2 for FakeEc2 {
     ) -> Result<NetworkInterface, CloudError> {
         let api = "CreateNetworkInterface";
         let mut s = self.begin(api, request.subnet_id.clone())?;
-        let wanted = request.secondary_ips as usize + 1;
-        let free = s.free.get_mut(&request.subnet_id).ok_or_else(|| {
-            CloudError::from_code(
+        // A request without a token is never matched with another, as in EC2.
+        let known = (!request.client_token.is_empty())
+            .then(|| s.tokens.get(&request.client_token).cloned())
+            .flatten();
+        let eni = match known {
+            // EC2's idempotency: the same token and request get the ENI the first one created.
+            Some((first, id)) if first == *request => {
+                s.enis.get(&id).cloned().ok_or_else(|| {
+                    CloudError::from_code(
+                        api,
+                        "InvalidNetworkInterfaceID.NotFound",
+                        format!("The networkInterface ID '{id}' does not exist"),
+                    )
+                })?
+            }
+            Some(_) => {
+                return Err(CloudError::from_code(
+                    api,
+                    "IdempotentParameterMismatch",
+                    "The client token has already been used with other parameters.",
+                ));
+            }
+            None => {
+                let eni = Self::create_eni(&mut s, request)?;
+                s.tokens.insert(
+                    request.client_token.clone(),
+                    (request.clone(), eni.id.clone()),
+                );
+                eni
+            }
+        };
+        if s.lose_create_answers > 0 {
+            s.lose_create_answers -= 1;
+            return Err(CloudError::new(
                 api,
-                "InvalidSubnetID.NotFound",
-                format!("The subnet ID '{}' does not exist", request.subnet_id),
-            )
-        })?;
-        if free.len() < wanted {
-            return Err(CloudError::from_code(
-                api,
-                "InsufficientFreeAddressesInSubnet",
-                format!(
-                    "The specified subnet {} does not have enough free addresses",
-                    request.subnet_id
-                ),
+                CloudErrorKind::Unavailable,
+                "connection closed before the answer",
             ));
         }
-        let mut ips: Vec<Ipv4Addr> = free.drain(..wanted).collect();
-        let primary = ips.remove(0);
-        let mut prefixes = Vec::new();
-        for _ in 0..request.ipv4_prefixes {
-            match take_prefix_block(free) {
-                Some(block) => prefixes.push(block),
-                None => {
-                    free.extend(prefixes.iter().flat_map(|p: &Ipv4Network| p.iter()));
-                    free.push(primary);
-                    free.extend(ips);
-                    free.sort();
-                    return Err(no_cidr_block(api, &request.subnet_id));
-                }
-            }
-        }
-        s.created += 1;
-        let n = s.created;
-        let eni = NetworkInterface {
-            id: format!("eni-fake{n:012}"),
-            mac: format!("02:fa:ce:00:{:02x}:{:02x}", n / 256 % 256, n % 256),
-            subnet_id: request.subnet_id.clone(),
-            description: request.description.clone(),
-            status: "available".into(),
-            primary_ip: Some(primary),
-            secondary_ips: ips,
-            prefixes,
-            security_groups: request.security_groups.clone(),
-            tags: request.tags.clone(),
-            ..Default::default()
-        };
-        s.enis.insert(eni.id.clone(), eni.clone());
         Ok(eni)
     }
 
@@ -360,7 +417,7 @@ impl Ec2 for FakeEc2 {
             .enis
             .values()
             .filter_map(|e| e.attachment.as_ref())
-            .filter(|a| a.instance_id == instance_id)
+            .filter(|a| a.instance_id.as_deref() == Some(instance_id))
             .map(|a| a.device_index)
             .collect();
         if s.max_enis > 0 && attached.len() as u32 >= s.max_enis {
@@ -396,7 +453,7 @@ impl Ec2 for FakeEc2 {
         let id = format!("eni-attach-{}", eni_id.trim_start_matches("eni-"));
         eni.attachment = Some(Attachment {
             id: id.clone(),
-            instance_id: instance_id.to_string(),
+            instance_id: Some(instance_id.to_string()),
             device_index,
             network_card_index: 0,
             delete_on_termination: false,
@@ -548,7 +605,7 @@ impl Ec2 for FakeEc2 {
                 "attachment.instance-id" => eni
                     .attachment
                     .iter()
-                    .map(|a| a.instance_id.clone())
+                    .filter_map(|a| a.instance_id.clone())
                     .collect(),
                 "status" => vec![eni.status.clone()],
                 "vpc-id" => vec![eni.vpc_id.clone()],

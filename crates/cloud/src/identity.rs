@@ -103,7 +103,7 @@ pub async fn node_identity<I: Imds>(imds: &I) -> Result<NodeIdentity, CloudError
     )?;
     let mac = required(imds, "meta-data/mac").await?.to_ascii_lowercase();
     let primary_eni = eni_metadata(imds, &mac).await?;
-    let base = format!("meta-data/network/interfaces/macs/{mac}");
+    let base = format!("{MACS}{mac}");
     let vpc_id = required(imds, &format!("{base}/vpc-id")).await?;
     let cidrs_path = format!("{base}/vpc-ipv4-cidr-blocks");
     let vpc_cidrs = match imds.get(&cidrs_path).await? {
@@ -125,9 +125,57 @@ pub async fn node_identity<I: Imds>(imds: &I) -> Result<NodeIdentity, CloudError
     })
 }
 
+const MACS: &str = "meta-data/network/interfaces/macs/";
+
+/// An attached ENI's addresses as IMDS shows them: what reconciliation compares with the pool.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EniAddresses {
+    /// Secondary addresses (the ENI's own address left out).
+    pub secondary_ips: Vec<Ipv4Addr>,
+    /// Delegated /28 prefixes.
+    pub prefixes: Vec<Ipv4Network>,
+}
+
+/// The MACs of the instance's attached ENIs, lower case.
+pub async fn attached_macs<I: Imds>(imds: &I) -> Result<Vec<String>, CloudError> {
+    Ok(imds
+        .get(MACS)
+        .await?
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.trim().trim_end_matches('/').to_ascii_lowercase())
+        .filter(|l| !l.is_empty())
+        .collect())
+}
+
+/// The id of the ENI with `mac`, or `None` when IMDS no longer lists it (detached meanwhile).
+pub async fn eni_id<I: Imds>(imds: &I, mac: &str) -> Result<Option<String>, CloudError> {
+    let id = imds.get(&format!("{MACS}{mac}/interface-id")).await?;
+    Ok(id
+        .map(|id| id.trim().to_string())
+        .filter(|id| !id.is_empty()))
+}
+
+/// The secondary addresses and prefixes of the ENI with `mac`; an unreadable line is an error
+/// naming its path.
+pub async fn eni_addresses<I: Imds>(imds: &I, mac: &str) -> Result<EniAddresses, CloudError> {
+    let ips_path = format!("{MACS}{mac}/local-ipv4s");
+    let ips: Vec<Ipv4Addr> = lines(&ips_path, &imds.get(&ips_path).await?.unwrap_or_default())?;
+    let prefixes_path = format!("{MACS}{mac}/ipv4-prefix");
+    let prefixes = lines(
+        &prefixes_path,
+        &imds.get(&prefixes_path).await?.unwrap_or_default(),
+    )?;
+    Ok(EniAddresses {
+        // IMDS lists the ENI's own address first.
+        secondary_ips: ips.into_iter().skip(1).collect(),
+        prefixes,
+    })
+}
+
 /// Reads one attached ENI by MAC.
 pub async fn eni_metadata<I: Imds>(imds: &I, mac: &str) -> Result<EniMetadata, CloudError> {
-    let base = format!("meta-data/network/interfaces/macs/{mac}");
+    let base = format!("{MACS}{mac}");
     let eni_id = required(imds, &format!("{base}/interface-id")).await?;
     let device_path = format!("{base}/device-number");
     let device_number = parse(&device_path, &required(imds, &device_path).await?)?;
@@ -209,6 +257,42 @@ mod tests {
         let e = node_identity(&bad).await.unwrap_err();
         assert!(
             e.to_string().contains("meta-data/local-ipv4") && e.to_string().contains("\"ten\""),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn attached_enis_and_their_addresses_are_listed() {
+        let m = format!("meta-data/network/interfaces/macs/{MAC}");
+        let mut imds = imds();
+        imds.set(MACS, "02:AA:BB:CC:DD:EE/\n02:00:00:00:00:01/\n");
+        imds.set(&format!("{m}/ipv4-prefix"), "10.0.0.32/28\n");
+        assert_eq!(
+            attached_macs(&imds).await.unwrap(),
+            [MAC, "02:00:00:00:00:01"]
+        );
+        assert_eq!(
+            eni_id(&imds, MAC).await.unwrap().as_deref(),
+            Some("eni-0abc")
+        );
+        assert_eq!(eni_id(&imds, "02:00:00:00:00:01").await.unwrap(), None);
+        let got = eni_addresses(&imds, MAC).await.unwrap();
+        assert_eq!(
+            got.secondary_ips,
+            [
+                "10.0.0.11".parse::<Ipv4Addr>().unwrap(),
+                "10.0.0.12".parse().unwrap()
+            ]
+        );
+        assert_eq!(
+            got.prefixes,
+            ["10.0.0.32/28".parse::<Ipv4Network>().unwrap()]
+        );
+
+        imds.set(&format!("{m}/ipv4-prefix"), "10.0.0.32/28\nnonsense\n");
+        let e = eni_addresses(&imds, MAC).await.unwrap_err();
+        assert!(
+            e.to_string().contains("ipv4-prefix") && e.to_string().contains("nonsense"),
             "{e}"
         );
     }

@@ -10,6 +10,7 @@ mod error;
 pub mod fake;
 mod identity;
 pub mod limits;
+pub mod retry;
 pub mod throttle;
 mod types;
 
@@ -20,7 +21,10 @@ use std::net::Ipv4Addr;
 use ipnetwork::Ipv4Network;
 
 pub use error::{CloudError, CloudErrorKind, classify_code};
-pub use identity::{EniMetadata, NodeIdentity, eni_metadata, node_identity};
+pub use identity::{
+    EniAddresses, EniMetadata, NodeIdentity, attached_macs, eni_addresses, eni_id, eni_metadata,
+    node_identity,
+};
 pub use limits::{InstanceLimits, InstanceTable};
 pub use types::{Attachment, CreateEni, EniFilter, NetworkInterface};
 

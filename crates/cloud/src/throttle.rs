@@ -1,93 +1,119 @@
-//! Client-side rate limiting for EC2: a token bucket per API, and jittered exponential backoff
-//! when EC2 throttles anyway or fails transiently (5xx, a dropped connection, a timeout). The
-//! Go CNI has neither (it relies on the SDK's retryer alone), and a whole node group starting
-//! at once throttles its account (reference §8, row 5). This is the client's only retry layer
-//! (the SDK's own is turned off in `aws`), so every retry and every wait reaches the metrics.
+//! Client-side rate limiting for EC2: a token bucket per API, and the retry policy
+//! ([`crate::retry`]) for calls EC2 throttles anyway or fails transiently (5xx, a dropped
+//! connection, a timeout). The Go CNI has neither (it relies on the SDK's retryer alone), and a
+//! whole node group starting at once throttles its account (reference §8, row 5). This is the
+//! only layer that retries EC2 calls (the SDK's own retries are off in `aws`, and the daemon
+//! does not retry on top), so every retry and every wait reaches the metrics.
 //!
-//! The arithmetic ([`TokenBucket`], [`Backoff`]) is pure and takes time as an argument;
-//! [`Throttled`] wraps any [`Ec2`] and does the waiting.
+//! The bucket arithmetic ([`TokenBucket`]) is pure and takes time as an argument; [`Throttled`]
+//! wraps any [`Ec2`] and does the waiting, on tokio's clock.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ipnetwork::Ipv4Network;
+use thiserror::Error;
+use tokio::time::Instant;
 
+use crate::retry::{RetryPolicy, retry};
 use crate::{
     CloudError, CloudErrorKind, CreateEni, Ec2, EniFilter, InstanceLimits, NetworkInterface,
 };
 
+/// A rate or queue setting that cannot work.
+#[derive(Clone, Debug, Error, PartialEq)]
+pub enum ThrottleConfigError {
+    /// A bucket refills at zero, a negative or a non-finite rate: every call would wait forever.
+    #[error("{what}: a refill rate of {rate} calls per second is not positive")]
+    Rate {
+        /// Which bucket.
+        what: &'static str,
+        /// The rate given.
+        rate: f64,
+    },
+    /// A bucket holds no token at all.
+    #[error("{what}: a burst of 0 calls lets no call through")]
+    Burst {
+        /// Which bucket.
+        what: &'static str,
+    },
+    /// No attempt at all.
+    #[error("a retry policy needs at least one attempt")]
+    Attempts,
+}
+
 /// A token bucket: `capacity` calls at once, refilled at `per_second`. Calls beyond the tokens
-/// are queued: each gets the moment its token will exist.
+/// queue, each told the moment its token will exist, up to `max_queue` of them.
 #[derive(Clone, Debug)]
 pub struct TokenBucket {
     capacity: f64,
     per_second: f64,
+    max_queue: f64,
     tokens: f64,
     last: Duration,
 }
 
 impl TokenBucket {
-    /// A full bucket.
-    pub fn new(capacity: u32, per_second: f64) -> Self {
-        TokenBucket {
-            capacity: f64::from(capacity.max(1)),
-            per_second: per_second.max(f64::MIN_POSITIVE),
-            tokens: f64::from(capacity.max(1)),
-            last: Duration::ZERO,
+    /// A full bucket. `what` names it in errors.
+    pub fn new(
+        what: &'static str,
+        capacity: u32,
+        per_second: f64,
+        max_queue: u32,
+    ) -> Result<Self, ThrottleConfigError> {
+        if capacity == 0 {
+            return Err(ThrottleConfigError::Burst { what });
         }
+        if !(per_second.is_finite() && per_second > 0.0) {
+            return Err(ThrottleConfigError::Rate {
+                what,
+                rate: per_second,
+            });
+        }
+        Ok(TokenBucket {
+            capacity: f64::from(capacity),
+            per_second,
+            max_queue: f64::from(max_queue),
+            tokens: f64::from(capacity),
+            last: Duration::ZERO,
+        })
     }
 
     /// Takes a token at `now` (time since any fixed origin, never going back) and returns how
-    /// long the caller must wait before using it (zero when one was available).
-    pub fn take(&mut self, now: Duration) -> Duration {
+    /// long the caller must wait before using it (zero when one was available), or `None`
+    /// without taking one when `max_queue` callers are already waiting.
+    pub fn take(&mut self, now: Duration) -> Option<Duration> {
         let elapsed = now.saturating_sub(self.last).as_secs_f64();
         self.last = self.last.max(now);
         self.tokens = (self.tokens + elapsed * self.per_second).min(self.capacity);
+        if self.tokens - 1.0 < -self.max_queue {
+            return None;
+        }
         self.tokens -= 1.0;
-        if self.tokens >= 0.0 {
+        Some(if self.tokens >= 0.0 {
             Duration::ZERO
         } else {
             Duration::from_secs_f64(-self.tokens / self.per_second)
-        }
-    }
-}
-
-/// Exponential backoff with jitter: attempt `n` waits between half and all of
-/// `min(cap, base × 2^n)`, so retries of many nodes spread out but still make progress.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Backoff {
-    /// The first delay.
-    pub base: Duration,
-    /// The longest delay.
-    pub cap: Duration,
-}
-
-impl Backoff {
-    /// The delay before retry `attempt` (0-based); `jitter` in 0.0..=1.0 picks within the range.
-    pub fn delay(&self, attempt: u32, jitter: f64) -> Duration {
-        let ceiling = self
-            .base
-            .saturating_mul(1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX))
-            .min(self.cap);
-        ceiling / 2 + ceiling.mul_f64(jitter.clamp(0.0, 1.0) / 2.0)
+        })
     }
 }
 
 /// How hard [`Throttled`] lets a node call EC2.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ThrottlePolicy {
     /// Burst and refill per second of each Describe* API.
     pub describe: (u32, f64),
     /// Burst and refill per second of each mutating API.
     pub mutate: (u32, f64),
-    /// Attempts per call in all, when EC2 throttles or fails transiently.
-    pub attempts: u32,
-    /// Backoff between them.
-    pub backoff: Backoff,
+    /// Calls of one API that may wait for a token at once; more are refused at once
+    /// ([`CloudErrorKind::Overloaded`]) rather than piling up behind an ever longer wait.
+    pub max_queue: u32,
+    /// Retries of throttled and transiently failing calls.
+    pub retry: RetryPolicy,
 }
 
 impl Default for ThrottlePolicy {
@@ -98,10 +124,11 @@ impl Default for ThrottlePolicy {
         ThrottlePolicy {
             describe: (20, 5.0),
             mutate: (10, 2.0),
-            attempts: 6,
-            backoff: Backoff {
-                base: Duration::from_millis(200),
-                cap: Duration::from_secs(10),
+            max_queue: 64,
+            retry: RetryPolicy {
+                attempts: 6,
+                first_delay: Duration::from_millis(100),
+                max_delay: Duration::from_secs(5),
             },
         }
     }
@@ -114,6 +141,8 @@ pub struct ThrottleStats {
     pub waits: AtomicU64,
     /// Calls EC2 throttled or failed transiently and that were retried.
     pub retries: AtomicU64,
+    /// Calls refused because too many were already waiting for a token.
+    pub refused: AtomicU64,
 }
 
 /// Told about every EC2 request [`Throttled`] sends (each retry is a request of its own), for
@@ -128,21 +157,14 @@ pub trait CallObserver: Send + Sync {
     }
 }
 
-/// Whether a failure may go away by itself: EC2 throttling, or EC2 failing or unreachable.
-/// Retrying a mutating call after a transient failure may repeat it (EC2 may have acted before
-/// the answer was lost); the callers' reconciliation copes with that, as it must with the SDK.
-fn transient(e: &CloudError) -> bool {
-    matches!(
-        e.kind,
-        CloudErrorKind::Throttled | CloudErrorKind::Unavailable
-    )
-}
-
 /// An [`Ec2`] whose calls pass a token bucket per API and are retried with backoff when EC2
 /// throttles them or fails transiently.
 pub struct Throttled<E> {
     inner: E,
     policy: ThrottlePolicy,
+    /// A full bucket of each kind, copied for each API on its first call.
+    describe: TokenBucket,
+    mutate: TokenBucket,
     buckets: Mutex<HashMap<&'static str, TokenBucket>>,
     origin: Instant,
     stats: ThrottleStats,
@@ -150,16 +172,25 @@ pub struct Throttled<E> {
 }
 
 impl<E: Ec2> Throttled<E> {
-    /// Wraps `inner`.
-    pub fn new(inner: E, policy: ThrottlePolicy) -> Self {
-        Throttled {
+    /// Wraps `inner`; fails when `policy` cannot work: a bucket without tokens or refill, or
+    /// no attempt at all.
+    pub fn new(inner: E, policy: ThrottlePolicy) -> Result<Self, ThrottleConfigError> {
+        let bucket = |what, (burst, rate)| TokenBucket::new(what, burst, rate, policy.max_queue);
+        let describe = bucket("Describe* calls", policy.describe)?;
+        let mutate = bucket("mutating calls", policy.mutate)?;
+        if policy.retry.attempts == 0 {
+            return Err(ThrottleConfigError::Attempts);
+        }
+        Ok(Throttled {
             inner,
             policy,
+            describe,
+            mutate,
             buckets: Mutex::new(HashMap::new()),
             origin: Instant::now(),
             stats: ThrottleStats::default(),
             observer: None,
-        }
+        })
     }
 
     /// Reports every request to `observer`.
@@ -178,51 +209,75 @@ impl<E: Ec2> Throttled<E> {
         &self.stats
     }
 
-    fn token(&self, api: &'static str) -> Duration {
-        let (burst, rate) = if api.starts_with("Describe") {
-            self.policy.describe
+    /// Waits for a token of `api`'s bucket, or refuses when its queue is full.
+    async fn token(&self, api: &'static str) -> Result<(), CloudError> {
+        let template = if api.starts_with("Describe") {
+            &self.describe
         } else {
-            self.policy.mutate
+            &self.mutate
         };
-        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
-        buckets
+        let wait = self
+            .buckets
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
             .entry(api)
-            .or_insert_with(|| TokenBucket::new(burst, rate))
-            .take(self.origin.elapsed())
-    }
-
-    async fn call<T, F, Fut>(&self, api: &'static str, mut f: F) -> Result<T, CloudError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, CloudError>>,
-    {
-        let mut attempt = 0;
-        loop {
-            let wait = self.token(api);
-            if !wait.is_zero() {
+            .or_insert_with(|| template.clone())
+            .take(self.origin.elapsed());
+        match wait {
+            None => {
+                self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                Err(CloudError::new(
+                    api,
+                    CloudErrorKind::Overloaded,
+                    format!(
+                        "{} calls already wait for the client's rate limit; not sent",
+                        self.policy.max_queue
+                    ),
+                ))
+            }
+            Some(wait) if !wait.is_zero() => {
                 self.stats.waits.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(wait).await;
+                Ok(())
             }
-            let started = Instant::now();
-            let result = f().await;
-            if let Some(observer) = &self.observer {
-                observer.observe(api, started.elapsed(), result.as_ref().err());
-            }
-            match result {
-                Err(e) if transient(&e) && attempt + 1 < self.policy.attempts => {
-                    self.stats.retries.fetch_add(1, Ordering::Relaxed);
-                    let jitter =
-                        f64::from(getrandom::u32().unwrap_or(u32::MAX / 2)) / f64::from(u32::MAX);
-                    let delay = self.policy.backoff.delay(attempt, jitter);
-                    if let Some(observer) = &self.observer {
-                        observer.backoff(api, &e, delay);
-                    }
-                    tokio::time::sleep(delay).await;
-                    attempt += 1;
-                }
-                other => return other,
-            }
+            Some(_) => Ok(()),
         }
+    }
+
+    /// One request: a token, then the call, reported to the observer.
+    async fn attempt<T, Fut>(
+        &self,
+        api: &'static str,
+        f: &impl Fn() -> Fut,
+    ) -> Result<T, CloudError>
+    where
+        Fut: Future<Output = Result<T, CloudError>>,
+    {
+        self.token(api).await?;
+        let started = Instant::now();
+        let result = f().await;
+        if let Some(observer) = &self.observer {
+            observer.observe(api, started.elapsed(), result.as_ref().err());
+        }
+        result
+    }
+
+    async fn call<T, F, Fut>(&self, api: &'static str, f: F) -> Result<T, CloudError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, CloudError>>,
+    {
+        retry(
+            &self.policy.retry,
+            || self.attempt(api, &f),
+            |e, delay| {
+                self.stats.retries.fetch_add(1, Ordering::Relaxed);
+                if let Some(observer) = &self.observer {
+                    observer.backoff(api, e, delay);
+                }
+            },
+        )
+        .await
     }
 }
 
@@ -378,61 +433,99 @@ mod tests {
 
     #[test]
     fn a_bucket_allows_its_burst_then_queues_at_its_rate() {
-        let mut b = TokenBucket::new(2, 1.0);
-        assert_eq!(b.take(ms(0)), Duration::ZERO);
-        assert_eq!(b.take(ms(0)), Duration::ZERO);
-        assert_eq!(b.take(ms(0)), ms(1000), "the third waits a refill");
-        assert_eq!(b.take(ms(0)), ms(2000), "the fourth queues behind it");
+        let mut b = TokenBucket::new("t", 2, 1.0, 8).unwrap();
+        assert_eq!(b.take(ms(0)), Some(Duration::ZERO));
+        assert_eq!(b.take(ms(0)), Some(Duration::ZERO));
+        assert_eq!(b.take(ms(0)), Some(ms(1000)), "the third waits a refill");
+        assert_eq!(b.take(ms(0)), Some(ms(2000)), "the fourth queues behind it");
         // Long idle: refilled to capacity, not beyond.
-        assert_eq!(b.take(ms(60_000)), Duration::ZERO);
-        assert_eq!(b.take(ms(60_000)), Duration::ZERO);
-        assert!(b.take(ms(60_000)) > Duration::ZERO);
+        assert_eq!(b.take(ms(60_000)), Some(Duration::ZERO));
+        assert_eq!(b.take(ms(60_000)), Some(Duration::ZERO));
+        assert!(b.take(ms(60_000)).is_some_and(|w| w > Duration::ZERO));
     }
 
     #[test]
     fn time_going_back_does_not_mint_tokens() {
-        let mut b = TokenBucket::new(1, 1.0);
+        let mut b = TokenBucket::new("t", 1, 1.0, 8).unwrap();
         b.take(ms(5_000));
-        assert!(b.take(ms(1_000)) > Duration::ZERO);
+        assert!(b.take(ms(1_000)).is_some_and(|w| w > Duration::ZERO));
     }
 
     #[test]
-    fn backoff_doubles_within_jitter_and_stops_at_the_cap() {
-        let b = Backoff {
-            base: ms(100),
-            cap: ms(1_000),
+    fn the_queue_is_bounded_and_a_refused_call_takes_no_token() {
+        let mut b = TokenBucket::new("t", 1, 1.0, 2).unwrap();
+        assert_eq!(b.take(ms(0)), Some(Duration::ZERO));
+        assert_eq!(b.take(ms(0)), Some(ms(1000)));
+        assert_eq!(b.take(ms(0)), Some(ms(2000)));
+        assert_eq!(b.take(ms(0)), None, "two already wait");
+        assert_eq!(b.take(ms(0)), None, "refusals queue nothing");
+        assert_eq!(
+            b.take(ms(1000)),
+            Some(ms(2000)),
+            "one token refilled: a place frees"
+        );
+    }
+
+    #[test]
+    fn rates_and_bursts_that_cannot_work_are_refused() {
+        for rate in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let err = TokenBucket::new("Describe* calls", 5, rate, 8).unwrap_err();
+            assert!(matches!(err, ThrottleConfigError::Rate { .. }), "{rate}");
+            assert!(err.to_string().starts_with("Describe* calls"), "{err}");
+        }
+        assert_eq!(
+            TokenBucket::new("b", 0, 1.0, 8).unwrap_err(),
+            ThrottleConfigError::Burst { what: "b" }
+        );
+        let bad = |policy| Throttled::new(FakeEc2::default(), policy).err();
+        let zero_rate = ThrottlePolicy {
+            mutate: (10, 0.0),
+            ..ThrottlePolicy::default()
         };
-        assert_eq!(b.delay(0, 0.0), ms(50));
-        assert_eq!(b.delay(0, 1.0), ms(100));
-        assert_eq!(b.delay(2, 0.0), ms(200));
-        assert_eq!(b.delay(2, 1.0), ms(400));
-        assert_eq!(b.delay(10, 1.0), ms(1_000));
-        assert_eq!(b.delay(200, 0.5), ms(750), "huge attempts do not overflow");
+        assert!(matches!(
+            bad(zero_rate),
+            Some(ThrottleConfigError::Rate {
+                what: "mutating calls",
+                ..
+            })
+        ));
+        let no_attempt = ThrottlePolicy {
+            retry: RetryPolicy {
+                attempts: 0,
+                ..ThrottlePolicy::default().retry
+            },
+            ..ThrottlePolicy::default()
+        };
+        assert_eq!(bad(no_attempt), Some(ThrottleConfigError::Attempts));
     }
 
     fn quick() -> ThrottlePolicy {
         ThrottlePolicy {
-            attempts: 4,
-            backoff: Backoff {
-                base: ms(1),
-                cap: ms(4),
+            retry: RetryPolicy {
+                attempts: 4,
+                first_delay: ms(1),
+                max_delay: ms(4),
             },
             ..ThrottlePolicy::default()
         }
+    }
+
+    fn throttled_ec2(fake: &Arc<FakeEc2>, policy: ThrottlePolicy) -> Throttled<Arc<FakeEc2>> {
+        Throttled::new(Arc::clone(fake), policy).unwrap()
     }
 
     fn throttled(api: &str) -> CloudError {
         CloudError::from_code(api, "RequestLimitExceeded", "Request limit exceeded.")
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn throttled_calls_are_retried_and_counted() {
         let fake = Arc::new(FakeEc2::default());
         fake.fail_next(
             "DescribeNetworkInterfaces",
             vec![throttled("D"), throttled("D")],
         );
-        let ec2 = Throttled::new(Arc::clone(&fake), quick());
+        let ec2 = throttled_ec2(&fake, quick());
         assert!(ec2.describe_instance_enis("i-1").await.unwrap().is_empty());
         assert_eq!(ec2.stats().retries.load(Ordering::Relaxed), 2);
         assert_eq!(fake.calls().len(), 3);
@@ -448,12 +541,12 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn the_observer_sees_every_request_including_retries() {
         let fake = Arc::new(FakeEc2::default());
         fake.fail_next("DescribeNetworkInterfaces", vec![throttled("D")]);
         let recorder = Arc::new(Recorder::default());
-        let ec2 = Throttled::new(Arc::clone(&fake), quick())
+        let ec2 = throttled_ec2(&fake, quick())
             .with_observer(Arc::clone(&recorder) as Arc<dyn CallObserver>);
         ec2.describe_instance_enis("i-1").await.unwrap();
         let seen = recorder.0.lock().unwrap().clone();
@@ -469,14 +562,14 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn retries_are_bounded_and_other_errors_are_not_retried() {
         let fake = Arc::new(FakeEc2::default());
         fake.fail_next(
             "DescribeNetworkInterfaces",
             (0..10).map(|_| throttled("D")).collect(),
         );
-        let ec2 = Throttled::new(Arc::clone(&fake), quick());
+        let ec2 = throttled_ec2(&fake, quick());
         let err = ec2.describe_instance_enis("i-1").await.unwrap_err();
         assert_eq!(err.kind, CloudErrorKind::Throttled);
         assert_eq!(fake.calls().len(), 4, "attempts in all");
@@ -499,7 +592,7 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn transient_failures_are_retried_with_each_backoff_reported() {
         let fake = Arc::new(FakeEc2::default());
         let unavailable = CloudError {
@@ -513,8 +606,8 @@ mod tests {
             vec![unavailable, throttled("A")],
         );
         let seen = Arc::new(Backoffs::default());
-        let ec2 = Throttled::new(Arc::clone(&fake), quick())
-            .with_observer(Arc::clone(&seen) as Arc<dyn CallObserver>);
+        let ec2 =
+            throttled_ec2(&fake, quick()).with_observer(Arc::clone(&seen) as Arc<dyn CallObserver>);
         // The fake refuses the unknown ENI once the injected failures are used up: a final
         // error, reached only because both transient ones were retried.
         let err = ec2.assign_private_ips("eni-x", 1).await.unwrap_err();
@@ -528,23 +621,50 @@ mod tests {
                 ("AssignPrivateIpAddresses", CloudErrorKind::Throttled),
             ]
         );
-        // Within the policy's jittered range: half to all of 1 ms, then of 2 ms.
-        assert!(seen[0].2 >= ms(1) / 2 && seen[0].2 <= ms(1), "{seen:?}");
-        assert!(seen[1].2 >= ms(1) && seen[1].2 <= ms(2), "{seen:?}");
+        // Within the policy's jittered range: 1 to 2 ms, then 2 to 4 ms.
+        assert!(seen[0].2 >= ms(1) && seen[0].2 <= ms(2), "{seen:?}");
+        assert!(seen[1].2 >= ms(2) && seen[1].2 <= ms(4), "{seen:?}");
         assert_eq!(ec2.stats().retries.load(Ordering::Relaxed), 2);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_burst_beyond_the_bucket_waits() {
         let fake = Arc::new(FakeEc2::default());
         let policy = ThrottlePolicy {
             describe: (2, 50.0),
             ..quick()
         };
-        let ec2 = Throttled::new(Arc::clone(&fake), policy);
+        let ec2 = throttled_ec2(&fake, policy);
         for _ in 0..4 {
             ec2.describe_instance_enis("i-1").await.unwrap();
         }
         assert_eq!(ec2.stats().waits.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_beyond_the_queue_are_refused_not_sent() {
+        let fake = Arc::new(FakeEc2::default());
+        let policy = ThrottlePolicy {
+            describe: (1, 1.0),
+            max_queue: 1,
+            ..quick()
+        };
+        let ec2 = throttled_ec2(&fake, policy);
+        let started = Instant::now();
+        let (first, second, third) = tokio::join!(
+            ec2.describe_instance_enis("i-1"),
+            ec2.describe_instance_enis("i-1"),
+            ec2.describe_instance_enis("i-1"),
+        );
+        assert!(first.is_ok() && second.is_ok());
+        let refused = third.unwrap_err();
+        assert_eq!(refused.kind, CloudErrorKind::Overloaded, "{refused}");
+        assert!(
+            !refused.is_transient(),
+            "a refusal is not retried into the queue"
+        );
+        assert_eq!(fake.calls().len(), 2, "the refused call never reached EC2");
+        assert_eq!(ec2.stats().refused.load(Ordering::Relaxed), 1);
+        assert_eq!(started.elapsed(), ms(1000), "the second waited one refill");
     }
 }

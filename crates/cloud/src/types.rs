@@ -37,8 +37,8 @@ pub struct NetworkInterface {
 pub struct Attachment {
     /// `eni-attach-...`.
     pub id: String,
-    /// Instance.
-    pub instance_id: String,
+    /// Instance; none for an ENI attached to something else (a load balancer, say).
+    pub instance_id: Option<String>,
     /// Device index (0 = primary).
     pub device_index: u32,
     /// Network card.
@@ -62,6 +62,10 @@ pub struct CreateEni {
     pub ipv4_prefixes: u32,
     /// Tags.
     pub tags: BTreeMap<String, String>,
+    /// The idempotency token (ClientToken, at most 64 ASCII characters). EC2 answers a request
+    /// repeated with the same token and parameters with the ENI the first one created, so a
+    /// retry after an answer lost on the way creates no second ENI.
+    pub client_token: String,
 }
 
 /// A DescribeNetworkInterfaces filter: `name` is one of EC2's filter names (`status`,

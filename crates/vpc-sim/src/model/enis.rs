@@ -9,7 +9,7 @@ use super::{EniStatus, Model, ModelError, Stamped, Tags, UNATTACHED_IPV4_LIMIT};
 use crate::model::types::Eni;
 
 /// CreateNetworkInterface's inputs.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CreateEni {
     /// Subnet to create it in.
     pub subnet_id: String,
@@ -25,6 +25,10 @@ pub struct CreateEni {
     pub prefix_count: u32,
     /// Tags.
     pub tags: Tags,
+    /// The idempotency token: a request repeated with the same token and parameters gets the
+    /// ENI the first one created (EC2 keeps tokens for at least a day; the simulator for its
+    /// lifetime).
+    pub client_token: Option<String>,
 }
 
 /// One ModifyNetworkInterfaceAttribute change.
@@ -83,8 +87,27 @@ impl Model {
         Ok(out)
     }
 
-    /// CreateNetworkInterface: a new, unattached ENI with its addresses, all or nothing.
-    pub fn create_eni(&mut self, req: CreateEni, now_ms: u64) -> Result<&Eni, ModelError> {
+    /// CreateNetworkInterface: a new, unattached ENI with its addresses, all or nothing. A
+    /// request whose client token was seen before gets that request's ENI as it is now (even
+    /// deleted, as EC2 answers), or IdempotentParameterMismatch when its parameters differ.
+    pub fn create_eni(&mut self, req: CreateEni, now_ms: u64) -> Result<Eni, ModelError> {
+        if let Some(token) = &req.client_token
+            && let Some((first, eni)) = self.client_tokens.get(token)
+        {
+            if *first != req {
+                return Err(ModelError::IdempotentParameterMismatch(token.clone()));
+            }
+            return Ok(self.enis.get(&eni.id).unwrap_or(eni).clone());
+        }
+        let token = req.client_token.clone();
+        let eni = self.create_new_eni(req.clone(), now_ms)?;
+        if let Some(token) = token {
+            self.client_tokens.insert(token, (req, eni.clone()));
+        }
+        Ok(eni)
+    }
+
+    fn create_new_eni(&mut self, req: CreateEni, now_ms: u64) -> Result<Eni, ModelError> {
         let subnet = self.subnet(&req.subnet_id)?;
         let groups = self.check_groups(&req.security_groups)?;
         if req.secondary_count > 0 && req.prefix_count > 0 {
@@ -138,7 +161,7 @@ impl Model {
         if let Some(s) = self.subnets.get_mut(&subnet_id) {
             s.space = space;
         }
-        Ok(self.enis.entry(id).or_insert(eni))
+        Ok(self.enis.entry(id).or_insert(eni).clone())
     }
 
     /// DeleteNetworkInterface: only when detached; frees every address.

@@ -64,6 +64,9 @@ pub enum ModelError {
     /// The operation is never allowed on this resource.
     #[error("{0}")]
     OperationNotPermitted(String),
+    /// A ClientToken already used with other parameters.
+    #[error("The client token '{0}' has already been used with other parameters.")]
+    IdempotentParameterMismatch(String),
     /// An id of no kind the simulator knows (CreateTags).
     #[error("The ID '{0}' is not valid")]
     InvalidId(String),
@@ -97,6 +100,7 @@ impl ModelError {
             Self::InvalidParameterValue(_) => "InvalidParameterValue",
             Self::InvalidParameterCombination(_) => "InvalidParameterCombination",
             Self::OperationNotPermitted(_) => "OperationNotPermitted",
+            Self::IdempotentParameterMismatch(_) => "IdempotentParameterMismatch",
             Self::InvalidId(_) => "InvalidID",
         }
     }

@@ -94,6 +94,8 @@ pub struct Model {
     types: InstanceTable,
     extra_types: BTreeSet<String>,
     ids: IdGen,
+    /// CreateNetworkInterface's client tokens: the request, and the ENI as it was created.
+    client_tokens: BTreeMap<String, (CreateEni, Eni)>,
 }
 
 impl Model {
@@ -127,6 +129,7 @@ impl Model {
             types,
             extra_types: BTreeSet::new(),
             ids,
+            client_tokens: BTreeMap::new(),
         })
     }
 

@@ -606,3 +606,46 @@ fn names_derived_from_region() {
     assert_eq!(az_id("us-west-2a"), "usw2-az1");
     assert_eq!(az_id("eu-central-1b"), "euc1-az2");
 }
+
+#[test]
+fn a_client_token_makes_create_idempotent_and_refuses_other_parameters() {
+    let mut m = build(&["10.0.0.0/24"], 1, "t3.medium");
+    let subnet = m.subnets()[0].id.clone();
+    let req = CreateEni {
+        subnet_id: subnet.clone(),
+        secondary_count: 2,
+        client_token: Some("tok-1".into()),
+        ..Default::default()
+    };
+    let first = m.create_eni(req.clone(), T0).unwrap();
+    let again = m.create_eni(req.clone(), T0 + 1).unwrap();
+    assert_eq!(
+        again.id, first.id,
+        "the same token and request: the same ENI"
+    );
+    assert_eq!(again.secondary_ips, first.secondary_ips);
+    assert_eq!(m.enis().count(), 2, "the primary and one new ENI, not two");
+
+    let other = CreateEni {
+        secondary_count: 3,
+        ..req.clone()
+    };
+    assert_eq!(
+        m.create_eni(other, T0).unwrap_err().code(),
+        "IdempotentParameterMismatch"
+    );
+
+    // Deleted since: EC2 still answers with that ENI, and creates no other.
+    m.delete_eni(&first.id).unwrap();
+    assert_eq!(m.create_eni(req, T0).unwrap().id, first.id);
+    assert_eq!(m.enis().count(), 1);
+
+    // Without a token every request creates an ENI.
+    let untokened = CreateEni {
+        subnet_id: subnet,
+        ..Default::default()
+    };
+    let a = m.create_eni(untokened.clone(), T0).unwrap().id;
+    let b = m.create_eni(untokened, T0).unwrap().id;
+    assert_ne!(a, b);
+}

@@ -46,9 +46,10 @@ pub fn create(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
         secondary_count: p.parsed("SecondaryPrivateIpAddressCount")?.unwrap_or(0),
         prefix_count: p.parsed("Ipv4PrefixCount")?.unwrap_or(0),
         tags,
+        client_token: p.get("ClientToken").map(str::to_string),
     };
     let now = cx.now_ms;
-    let eni = cx.model.create_eni(req, now)?.clone();
+    let eni = cx.model.create_eni(req, now)?;
     let m = &*cx.model;
     Ok(Xml::response(
         "CreateNetworkInterface",
