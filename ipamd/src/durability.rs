@@ -17,10 +17,20 @@ pub struct Durability<S> {
     durable: tokio::sync::Mutex<u64>,
 }
 
-/// A flush failed; the text says why.
+/// The store refused a change or a flush.
 #[derive(Debug, thiserror::Error)]
-#[error("persisting state: {0}")]
-pub struct PersistError(pub String);
+pub enum PersistError {
+    /// The store's own error.
+    #[error("persisting state: {0}")]
+    Store(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The blocking task running the flush failed (panicked or was cancelled).
+    #[error("persisting state: flush task: {0}")]
+    FlushTask(#[from] tokio::task::JoinError),
+}
+
+fn store_error(e: impl std::error::Error + Send + Sync + 'static) -> PersistError {
+    PersistError::Store(Box::new(e))
+}
 
 impl<S: StateStore + 'static> Durability<S> {
     /// Wraps a store.
@@ -44,18 +54,14 @@ impl<S: StateStore + 'static> Durability<S> {
         if mutations.is_empty() {
             return Ok(self.seen());
         }
-        self.store
-            .apply(mutations)
-            .map_err(|e| PersistError(e.to_string()))?;
+        self.store.apply(mutations).map_err(store_error)?;
         Ok(self.applied.fetch_add(1, Ordering::SeqCst) + 1)
     }
 
     /// Replaces everything stored with `state` (the store fell behind the pool); counts as an
     /// applied batch, so [`Durability::wait`] covers it.
     pub fn replace_all(&self, state: &PersistedState) -> Result<u64, PersistError> {
-        self.store
-            .replace_all(state)
-            .map_err(|e| PersistError(e.to_string()))?;
+        self.store.replace_all(state).map_err(store_error)?;
         Ok(self.applied.fetch_add(1, Ordering::SeqCst) + 1)
     }
 
@@ -74,9 +80,8 @@ impl<S: StateStore + 'static> Durability<S> {
         let target = self.applied.load(Ordering::SeqCst);
         let store = Arc::clone(&self.store);
         tokio::task::spawn_blocking(move || store.flush())
-            .await
-            .map_err(|e| PersistError(format!("flush task: {e}")))?
-            .map_err(|e| PersistError(e.to_string()))?;
+            .await?
+            .map_err(store_error)?;
         *durable = target;
         Ok(())
     }

@@ -42,16 +42,25 @@ pub enum HostError {
     /// The ENI's link has not appeared yet (hot-plug lags the attachment): try again.
     #[error("no link with MAC {0} yet")]
     LinkNotFound(String),
-    /// Anything else.
-    #[error("{0}")]
-    Failed(String),
+    /// The MAC is not one.
+    #[error("{0:?} is not a MAC address")]
+    BadMac(String),
+    /// A netlink operation failed.
+    #[error(transparent)]
+    Netlink(netops::Error),
+    /// The SNAT, connmark or rp_filter setup failed.
+    #[error(transparent)]
+    Snat(#[from] netops::snat::SnatError),
+    /// The blocking task doing the work failed (panicked or was cancelled).
+    #[error("host network task: {0}")]
+    Task(#[from] tokio::task::JoinError),
 }
 
 impl From<netops::Error> for HostError {
     fn from(e: netops::Error) -> Self {
         match e {
             netops::Error::NoLinkWithMac { mac } => HostError::LinkNotFound(mac),
-            other => HostError::Failed(other.to_string()),
+            other => HostError::Netlink(other),
         }
     }
 }
@@ -105,9 +114,7 @@ pub struct NetlinkHost;
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, HostError> + Send + 'static,
 ) -> Result<T, HostError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| HostError::Failed(format!("host network task: {e}")))?
+    tokio::task::spawn_blocking(f).await?
 }
 
 impl HostNetwork for NetlinkHost {

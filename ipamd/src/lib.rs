@@ -10,7 +10,6 @@ pub mod host;
 pub mod install;
 pub mod logging;
 mod nodenet;
-pub mod retry;
 pub mod server;
 pub mod state;
 pub mod surface;

@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use cloud::NodeIdentity;
 use cloud::aws::{AwsEc2, AwsImds, Ec2Settings};
+use cloud::retry::{RetryPolicy, retry};
 use cloud::throttle::{ThrottlePolicy, Throttled};
 use introspect::{Bind, Metrics};
 use ipamd::clock::SystemClock;
@@ -128,6 +130,18 @@ fn configure() -> anyhow::Result<Config> {
     Ok(config)
 }
 
+/// Who the node is, from IMDS, retried while the metadata service throttles or is not
+/// reachable yet (early in a node's boot).
+async fn node_identity(imds: &AwsImds) -> anyhow::Result<NodeIdentity> {
+    retry(
+        &RetryPolicy::IMDS,
+        || cloud::node_identity(imds),
+        |e, pause| warn!(error = %e, ?pause, "reading instance metadata failed; retrying"),
+    )
+    .await
+    .context("reading instance metadata")
+}
+
 fn init() -> anyhow::Result<ExitCode> {
     let config = configure()?;
     info!(
@@ -140,10 +154,7 @@ fn init() -> anyhow::Result<ExitCode> {
         .context("starting the async runtime")?;
     runtime.block_on(async {
         let imds = AwsImds::new();
-        let identity =
-            ipamd::retry::retry_transient("IMDS identity", || cloud::node_identity(&imds))
-                .await
-                .context("reading instance metadata")?;
+        let identity = node_identity(&imds).await?;
         let net = ipamd::daemon::node_net(&config, &identity);
         let changes = NetlinkHost
             .setup_node(&net)
@@ -267,9 +278,7 @@ async fn serve(
     let metrics = Arc::new(Metrics::new(env!("CARGO_PKG_VERSION")).context("registering metrics")?);
 
     let imds = AwsImds::new();
-    let identity = ipamd::retry::retry_transient("IMDS identity", || cloud::node_identity(&imds))
-        .await
-        .context("reading instance metadata")?;
+    let identity = node_identity(&imds).await?;
     info!(
         instance = %identity.instance_id, region = %identity.region,
         eni = %identity.primary_eni.eni_id, ip = %identity.primary_ip, "node identity from IMDS"
@@ -283,6 +292,7 @@ async fn serve(
         .await,
         ThrottlePolicy::default(),
     )
+    .context("the EC2 rate limits")?
     .with_observer(Arc::new(Ec2Metrics(Arc::clone(&metrics))));
     let clock = Arc::new(SystemClock);
     let (store, lost) = ipamd::state::open_state(&config.state_dir, clock.now())?;

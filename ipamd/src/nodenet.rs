@@ -8,17 +8,11 @@ use tracing::info;
 use crate::config::RandomizeSnat;
 use crate::host::{HostError, NodeNet};
 
-impl From<snat::SnatError> for HostError {
-    fn from(e: snat::SnatError) -> Self {
-        HostError::Failed(e.to_string())
-    }
-}
-
 /// Sets up the node's network. Returns what changed (empty when all was in place).
 pub fn setup(net: &NodeNet) -> Result<Vec<String>, HostError> {
     let nl = Netlink::current()?;
-    let mac = parse_mac(&net.primary_mac)
-        .ok_or_else(|| HostError::Failed(format!("bad primary MAC {:?}", net.primary_mac)))?;
+    let mac =
+        parse_mac(&net.primary_mac).ok_or_else(|| HostError::BadMac(net.primary_mac.clone()))?;
     let link = nl
         .link_by_mac(&mac)?
         .ok_or_else(|| HostError::LinkNotFound(net.primary_mac.clone()))?;

@@ -153,7 +153,7 @@ async fn an_eni_someone_else_manages_is_left_alone_but_takes_a_slot() {
             primary_ip: Some(Ipv4Addr::new(10, 0, 0, 99)),
             attachment: Some(Attachment {
                 id: "eni-attach-theirs".into(),
-                instance_id: INSTANCE.into(),
+                instance_id: Some(INSTANCE.into()),
                 device_index: 1,
                 network_card_index: 0,
                 delete_on_termination: false,

@@ -122,7 +122,7 @@ async fn an_eni_replaced_at_the_same_index_keeps_its_table_for_the_successor() {
             secondary_ips: vec![Ipv4Addr::new(10, 0, 0, 201)],
             attachment: Some(Attachment {
                 id: "eni-attach-successor".into(),
-                instance_id: INSTANCE.into(),
+                instance_id: Some(INSTANCE.into()),
                 device_index: 1,
                 network_card_index: 0,
                 delete_on_termination: true,

@@ -1,49 +1,20 @@
-//! Growing and shrinking the pool: the plan's actions carried out through EC2 and the node's
-//! network.
+//! The controller round, and growing the pool: more addresses or prefixes on an ENI, or a new
+//! ENI created, attached and set up before its addresses are offered to pods.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cloud::{CloudError, CloudErrorKind, CreateEni, Ec2, Imds, NetworkInterface};
-use ipnetwork::Ipv4Network;
-use netops::EniSpec;
-use pool::{Action, Blocked, EniInfo, Mutation, PlanContext, Pool, Removal, StateStore, Timestamp};
+use pool::{Action, Blocked, PlanContext, StateStore, Timestamp};
 use tracing::{debug, error, info, warn};
 
-use super::{Daemon, SUBNET_FULL_PAUSE, lock};
-use crate::durability::PersistError;
-use crate::host::{HostError, HostNetwork};
+use super::eni::{TAG_CLUSTER, TAG_CREATED_AT, TAG_INSTANCE_ID, TAG_OWNER};
+use super::eni::{adopt, eni_description, wall_time};
+use super::growth::GrowthFailure;
+use super::{Daemon, lock};
+use crate::host::HostNetwork;
 
 /// Actions carried out in one controller round at most; the next round follows shortly.
 const ACTIONS_PER_ROUND: usize = 4;
-
-/// How long a hot-plugged ENI's link may take to appear before setup gives up for now (the
-/// reconciliation adopts the ENI later).
-const LINK_WAIT: Duration = Duration::from_secs(15);
-
-/// Growth pauses this long after a new ENI's link did not appear, so a node whose ENIs never
-/// show up does not create one ENI after another.
-const LINK_FAILURE_PAUSE: Duration = Duration::from_secs(30);
-
-/// Tag keys the Go CNI puts on the ENIs it creates; tools look for them.
-pub const TAG_INSTANCE_ID: &str = "node.k8s.amazonaws.com/instance_id";
-/// See [`TAG_INSTANCE_ID`].
-pub const TAG_CREATED_AT: &str = "node.k8s.amazonaws.com/createdAt";
-/// The cluster an ENI belongs to (with CLUSTER_NAME).
-pub const TAG_CLUSTER: &str = "cluster.k8s.amazonaws.com/name";
-/// Set with [`TAG_CLUSTER`].
-pub const TAG_OWNER: &str = "eks:eni:owner";
-
-/// The description that marks an ENI as created by vpc-cni (or aws-node) for `instance_id`.
-pub fn eni_description(instance_id: &str) -> String {
-    format!("aws-K8S-{instance_id}")
-}
-
-/// Wall time of a pool timestamp.
-pub(super) fn wall_time(t: Timestamp) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(t.millis())
-}
 
 /// What a growth step asks EC2 for on an existing ENI.
 #[derive(Clone, Copy, Debug)]
@@ -52,74 +23,17 @@ enum More {
     Prefixes(u32),
 }
 
-/// Adds the addresses and prefixes the pool lacks on `eni_id`, each on its own so that one
-/// the pool refuses (held elsewhere after a race, say) does not keep the others out.
-fn adopt(
-    pool: &mut Pool,
-    eni_id: &str,
-    ips: &[Ipv4Addr],
-    prefixes: &[Ipv4Network],
-) -> Vec<Mutation> {
-    let own = pool.eni(eni_id).map(|e| e.primary_ip);
-    let held: BTreeSet<Ipv4Addr> = pool.addresses(eni_id).map(|(ip, _)| ip).collect();
-    let held_prefixes: BTreeSet<Ipv4Network> = pool.prefixes(eni_id).collect();
-    let mut muts = Vec::new();
-    // Some EC2 implementations list every address of the ENI, not only the new ones.
-    for ip in ips
-        .iter()
-        .filter(|ip| Some(**ip) != own && !held.contains(ip))
-    {
-        match pool.add_addresses(eni_id, &[*ip]) {
-            Ok(m) => muts.extend(m),
-            Err(e) => warn!(eni = eni_id, %ip, error = %e, "not adopting an address"),
-        }
-    }
-    for prefix in prefixes.iter().filter(|p| !held_prefixes.contains(p)) {
-        match pool.add_prefixes(eni_id, &[*prefix]) {
-            Ok(m) => muts.extend(m),
-            Err(e) => warn!(eni = eni_id, %prefix, error = %e, "not adopting a prefix"),
-        }
-    }
-    muts
-}
-
-/// Mutations making the pool's /32s and prefixes on `eni` what EC2 says it holds: what EC2 no
-/// longer has is dropped whatever its state (a pod holding it has lost it; said loudly), what
-/// it has is adopted.
-pub(super) fn sync_eni(pool: &mut Pool, eni: &NetworkInterface) -> Vec<Mutation> {
-    let ips: BTreeSet<Ipv4Addr> = eni.secondary_ips.iter().copied().collect();
-    let prefixes: BTreeSet<Ipv4Network> = eni.prefixes.iter().copied().collect();
-    let mut muts = Vec::new();
-    let stale: Vec<Ipv4Addr> = pool
-        .addresses(&eni.id)
-        .filter(|(ip, slot)| slot.prefix.is_none() && !ips.contains(ip))
-        .map(|(ip, _)| ip)
-        .collect();
-    for ip in stale {
-        if let Ok((taken, m)) = pool.remove_address(ip, Removal::Force) {
-            match taken {
-                Some(a) => {
-                    error!(%ip, eni = %eni.id, attachment = %a.key, "address of a live attachment is no longer on its ENI in EC2; dropped")
-                }
-                None => info!(%ip, eni = %eni.id, "dropped address EC2 no longer has on the ENI"),
-            }
-            muts.extend(m);
-        }
-    }
-    let stale: Vec<Ipv4Network> = pool
-        .prefixes(&eni.id)
-        .filter(|p| !prefixes.contains(p))
-        .collect();
-    for prefix in stale {
-        if let Ok((taken, m)) = pool.remove_prefix(prefix, Removal::Force) {
-            for a in taken {
-                error!(ip = %a.ip, %prefix, eni = %eni.id, attachment = %a.key, "prefix of a live attachment is no longer on its ENI in EC2; dropped");
-            }
-            muts.extend(m);
-        }
-    }
-    muts.extend(adopt(pool, &eni.id, &eni.secondary_ips, &eni.prefixes));
-    muts
+/// A fresh CreateNetworkInterface idempotency token: the instance, so an operator can tell
+/// whose it is, and 64 random bits (EC2 allows 64 ASCII characters).
+fn client_token(instance_id: &str) -> String {
+    // getrandom fails only when the OS has no entropy source at all; a clock-derived token is
+    // then still unique enough for one node's own requests.
+    let random = getrandom::u64().unwrap_or_else(|_| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    format!("vpc-cni-{instance_id}-{random:016x}")
 }
 
 impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
@@ -178,24 +92,6 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         }
     }
 
-    /// Commits `change` and wakes ADDs waiting for addresses when it added any.
-    async fn persist_growth(
-        &self,
-        change: impl FnOnce(&mut Pool) -> Vec<Mutation>,
-    ) -> Result<(), PersistError> {
-        let added = self
-            .persist(|pool| {
-                let muts = change(pool);
-                let added = muts.iter().any(|m| matches!(m, Mutation::PutAddr(_)));
-                Ok::<_, PersistError>((added, muts))
-            })
-            .await?;
-        if added {
-            self.grown.send_modify(|n| *n += 1);
-        }
-        Ok(())
-    }
-
     async fn assign_more(&self, eni_id: &str, more: More) -> bool {
         let got = match more {
             More::Ips(n) => self
@@ -229,7 +125,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             Err(e) => {
                 self.metrics
                     .ipamd_error("increaseIPPoolAllocIPAddressesFailed");
-                self.growth_failed(&format!("assigning {more:?} to {eni_id}"), e);
+                self.ec2_failed(format!("assigning {more:?} to {eni_id}"), e);
                 false
             }
         }
@@ -256,6 +152,35 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         tags
     }
 
+    /// Sends CreateNetworkInterface. A request whose answer may have been lost after EC2 acted
+    /// (a transient failure) is kept and sent again as it was, token and tags included, until
+    /// EC2 answers it: EC2 then returns the ENI the lost answer was about instead of creating
+    /// another, so a storm of lost answers costs one ENI, not one per attempt.
+    async fn create_network_interface(
+        &self,
+        ips: u32,
+        prefixes: u32,
+    ) -> Result<NetworkInterface, CloudError> {
+        let request = lock(&self.pending_create)
+            .clone()
+            .unwrap_or_else(|| CreateEni {
+                subnet_id: self.node.identity.primary_eni.subnet_id.clone(),
+                description: eni_description(&self.node.identity.instance_id),
+                security_groups: lock(&self.security_groups).clone(),
+                secondary_ips: ips,
+                ipv4_prefixes: prefixes,
+                tags: self.eni_tags(),
+                client_token: client_token(&self.node.identity.instance_id),
+            });
+        let result = self.ec2.create_network_interface(&request).await;
+        let unanswered = result
+            .as_ref()
+            .err()
+            .is_some_and(|e| e.is_transient() || e.kind == CloudErrorKind::Overloaded);
+        *lock(&self.pending_create) = unanswered.then_some(request);
+        result
+    }
+
     /// Creates an ENI pre-loaded with `ips` addresses or `prefixes` prefixes, attaches it at
     /// the lowest free device index, makes it go with the instance, configures its link, table
     /// and rule, and only then offers its addresses to pods.
@@ -265,37 +190,29 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             Ok(d) => d,
             Err(e) => {
                 self.metrics.ipamd_error("increaseIPPoolAllocENI");
-                self.growth_failed("finding a free device index", e);
+                self.ec2_failed("finding a free device index", e);
                 return false;
             }
         };
-        let id = &self.node.identity;
-        let request = CreateEni {
-            subnet_id: id.primary_eni.subnet_id.clone(),
-            description: eni_description(&id.instance_id),
-            security_groups: lock(&self.security_groups).clone(),
-            secondary_ips: ips,
-            ipv4_prefixes: prefixes,
-            tags: self.eni_tags(),
-        };
-        let eni = match self.ec2.create_network_interface(&request).await {
+        let eni = match self.create_network_interface(ips, prefixes).await {
             Ok(eni) => eni,
             Err(e) => {
                 self.metrics.ipamd_error("increaseIPPoolAllocENI");
-                self.growth_failed("creating an ENI", e);
+                self.ec2_failed("creating an ENI", e);
                 return false;
             }
         };
+        let instance_id = &self.node.identity.instance_id;
         let attachment = match self
             .ec2
-            .attach_network_interface(&eni.id, &id.instance_id, device)
+            .attach_network_interface(&eni.id, instance_id, device)
             .await
         {
             Ok(a) => a,
             Err(e) => {
-                self.delete_eni(&eni.id).await;
+                self.delete_unattached(&eni.id).await;
                 self.metrics.ipamd_error("increaseIPPoolAllocENI");
-                self.growth_failed(&format!("attaching {} at device {device}", eni.id), e);
+                self.ec2_failed(format!("attaching {} at device {device}", eni.id), e);
                 return false;
             }
         };
@@ -308,91 +225,29 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             warn!(eni = %eni.id, error = %e, "DeleteOnTermination could not be set; freeing the ENI");
             self.detach_and_delete(&eni.id, Some(&attachment)).await;
             self.metrics.ipamd_error("increaseIPPoolAllocENI");
-            self.growth_failed(&format!("setting DeleteOnTermination on {}", eni.id), e);
+            self.ec2_failed(format!("setting DeleteOnTermination on {}", eni.id), e);
             return false;
         }
         info!(
             eni = %eni.id, device, ips = eni.secondary_ips.len(), prefixes = eni.prefixes.len(),
             "created and attached ENI"
         );
-        match self
-            .configure_eni(&eni, device, id.primary_eni.subnet_cidr)
-            .await
-        {
+        let subnet_cidr = self.node.identity.primary_eni.subnet_cidr;
+        match self.configure_eni(&eni, device, subnet_cidr).await {
             Ok(()) => {
                 self.growth_succeeded();
                 self.log_pool_stats();
                 true
             }
-            Err(e) => {
+            Err(source) => {
                 // Attached and ours: the reconciliation adopts it once its link is usable.
                 // Meanwhile no further ENI: the next would most likely fare no better.
                 self.metrics.ipamd_error("increaseIPPoolsetupENIFailed");
-                lock(&self.growth).paused_until = Some(self.clock.now().after(LINK_FAILURE_PAUSE));
-                self.record_growth_error(format!(
-                    "setting up ENI {} on the node failed ({e}); pausing growth for {}s",
-                    eni.id,
-                    LINK_FAILURE_PAUSE.as_secs()
-                ));
+                self.growth_failed(GrowthFailure::EniSetup {
+                    eni: eni.id.clone(),
+                    source,
+                });
                 false
-            }
-        }
-    }
-
-    /// Sets up an attached ENI on the node (waiting for its link to appear), then adds it and
-    /// what EC2 says it holds to the pool.
-    pub(super) async fn configure_eni(
-        &self,
-        eni: &NetworkInterface,
-        device: u32,
-        subnet_cidr: Ipv4Network,
-    ) -> Result<(), String> {
-        let primary_ip = eni
-            .primary_ip
-            .ok_or_else(|| format!("EC2 gave {} no primary address", eni.id))?;
-        let mac = netops::parse_mac(&eni.mac)
-            .ok_or_else(|| format!("EC2 gave {} the MAC {:?}", eni.id, eni.mac))?;
-        let spec = EniSpec {
-            mac,
-            device_number: device,
-            primary_ip,
-            subnet: subnet_cidr,
-            mtu: self.node.net.mtu,
-        };
-        let changes = self
-            .setup_eni_when_linked(&spec)
-            .await
-            .map_err(|e| e.to_string())?;
-        super::log_changes(&format!("ENI {} (device {device})", eni.id), &changes);
-        let now = self.clock.now();
-        self.persist_growth(|pool| {
-            let created_at = pool.eni(&eni.id).map_or(now, |e| e.created_at);
-            let mut muts = pool.upsert_eni(EniInfo {
-                id: eni.id.clone(),
-                device_number: device,
-                mac: eni.mac.clone(),
-                primary_ip,
-                subnet_id: eni.subnet_id.clone(),
-                subnet_cidr,
-                created_at,
-            });
-            muts.extend(sync_eni(pool, eni));
-            muts
-        })
-        .await
-        .map_err(|e| e.to_string())
-    }
-
-    async fn setup_eni_when_linked(&self, spec: &EniSpec) -> Result<Vec<String>, HostError> {
-        let deadline = tokio::time::Instant::now() + LINK_WAIT;
-        let mut pause = Duration::from_millis(20);
-        loop {
-            match self.host.setup_eni(spec).await {
-                Err(HostError::LinkNotFound(_)) if tokio::time::Instant::now() < deadline => {
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(1));
-                }
-                other => return other,
             }
         }
     }
@@ -423,246 +278,6 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 )
             })
     }
-
-    /// Gives addresses and prefixes above target back to EC2. Each leaves the pool first, and
-    /// only if it is still neither assigned nor cooling (an ADD and a DEL may have come since
-    /// the plan), so nothing a pod holds or held a moment ago is released.
-    async fn release(&self, actions: Vec<Action>, now: Timestamp) {
-        lock(&self.growth).last_release = Some(now);
-        for action in actions {
-            let (eni_id, gone_ips, gone_prefixes) = match action {
-                Action::ReleaseIps { eni_id, ips } => {
-                    let gone = self
-                        .take_from_pool(ips, |pool, ip| {
-                            pool.remove_address(ip, Removal::IfUnused(now))
-                                .map(|(_, m)| m)
-                        })
-                        .await;
-                    (eni_id, gone, Vec::new())
-                }
-                Action::ReleasePrefixes { eni_id, prefixes } => {
-                    let gone = self
-                        .take_from_pool(prefixes, |pool, p| {
-                            pool.remove_prefix(p, Removal::IfUnused(now))
-                                .map(|(_, m)| m)
-                        })
-                        .await;
-                    (eni_id, Vec::new(), gone)
-                }
-                _ => continue,
-            };
-            // Still on the ENI in EC2 if this fails: the next reconciliation adopts it again.
-            if !gone_ips.is_empty() {
-                match self.ec2.unassign_private_ips(&eni_id, &gone_ips).await {
-                    Ok(()) => {
-                        info!(eni = %eni_id, count = gone_ips.len(), "released addresses above target")
-                    }
-                    Err(e) => {
-                        self.metrics.ipamd_error("decreaseIPPool");
-                        warn!(eni = %eni_id, error = %e, "UnassignPrivateIpAddresses failed")
-                    }
-                }
-            }
-            if !gone_prefixes.is_empty() {
-                match self
-                    .ec2
-                    .unassign_ipv4_prefixes(&eni_id, &gone_prefixes)
-                    .await
-                {
-                    Ok(()) => {
-                        info!(eni = %eni_id, count = gone_prefixes.len(), "released prefixes above target")
-                    }
-                    Err(e) => {
-                        self.metrics.ipamd_error("decreaseIPPool");
-                        warn!(eni = %eni_id, error = %e, "unassigning prefixes failed")
-                    }
-                }
-            }
-        }
-        self.log_pool_stats();
-    }
-
-    /// Removes from the pool each item `remove` lets go of, persists that, and returns them.
-    async fn take_from_pool<T: Copy + std::fmt::Display>(
-        &self,
-        items: Vec<T>,
-        remove: impl Fn(&mut Pool, T) -> Result<Vec<Mutation>, pool::PoolError>,
-    ) -> Vec<T> {
-        let taken = self
-            .persist(|pool| {
-                let mut gone = Vec::new();
-                let mut muts = Vec::new();
-                for item in items {
-                    match remove(pool, item) {
-                        Ok(m) => {
-                            gone.push(item);
-                            muts.extend(m);
-                        }
-                        Err(e) => debug!(%item, error = %e, "not releasing: in use since the plan"),
-                    }
-                }
-                Ok::<_, PersistError>((gone, muts))
-            })
-            .await;
-        taken.unwrap_or_else(|e| {
-            error!(error = %e, "could not persist a release; not giving anything back");
-            Vec::new()
-        })
-    }
-
-    /// Frees an ENI that holds nothing for pods: out of the pool (only if still unused), its
-    /// table and rules off the node, detached, deleted.
-    async fn free_eni(&self, eni_id: &str) -> bool {
-        let now = self.clock.now();
-        let freed = self
-            .persist(|pool| {
-                let Some(info) = pool.eni(eni_id).cloned() else {
-                    return Ok((None, Vec::new()));
-                };
-                match pool.remove_eni(eni_id, Removal::IfUnused(now)) {
-                    Ok((_, muts)) => {
-                        let shared = pool.enis().any(|e| e.device_number == info.device_number);
-                        Ok::<_, PersistError>((Some((info, shared)), muts))
-                    }
-                    Err(e) => {
-                        debug!(eni = eni_id, error = %e, "not freeing: in use since the plan");
-                        Ok((None, Vec::new()))
-                    }
-                }
-            })
-            .await;
-        let (info, shared) = match freed {
-            Ok(Some(found)) => found,
-            Ok(None) => return false,
-            Err(e) => {
-                error!(eni = eni_id, error = %e, "could not persist freeing an ENI");
-                return false;
-            }
-        };
-        match self
-            .host
-            .teardown_eni(info.device_number, info.primary_ip, shared)
-            .await
-        {
-            Ok(changes) => super::log_changes(&format!("teardown of ENI {eni_id}"), &changes),
-            Err(e) => {
-                self.metrics.ipamd_error("freeENIDeleteRulesFailed");
-                error!(eni = eni_id, error = %e, "removing the ENI's table and rules failed")
-            }
-        }
-        let attachment = match self
-            .ec2
-            .describe_network_interfaces(&[eni_id.to_string()])
-            .await
-        {
-            Ok(enis) => enis.into_iter().find_map(|e| e.attachment.map(|a| a.id)),
-            Err(e) if e.kind == CloudErrorKind::NotFound => None,
-            Err(e) => {
-                warn!(eni = eni_id, error = %e, "could not look the ENI up to detach it; reconciliation will retry");
-                return true;
-            }
-        };
-        self.detach_and_delete(eni_id, attachment.as_deref()).await;
-        info!(eni = eni_id, device = info.device_number, "freed ENI");
-        self.log_pool_stats();
-        true
-    }
-
-    /// Detaches (when attached) and deletes an ENI, retrying the delete while EC2 is still
-    /// detaching it. What cannot be deleted is left to the leaked-ENI cleanup.
-    async fn detach_and_delete(&self, eni_id: &str, attachment: Option<&str>) {
-        if let Some(attachment) = attachment
-            && let Err(e) = self.ec2.detach_network_interface(attachment).await
-        {
-            warn!(eni = eni_id, error = %e, "detaching failed; the reconciliation will adopt it again");
-            return;
-        }
-        let mut pause = Duration::from_millis(200);
-        for attempt in 1..=8 {
-            match self.ec2.delete_network_interface(eni_id).await {
-                Ok(()) => return,
-                Err(e) if e.kind == CloudErrorKind::NotFound => return,
-                Err(e) if attempt == 8 => {
-                    warn!(eni = eni_id, error = %e, "could not delete the detached ENI; leaked-ENI cleanup will");
-                }
-                Err(_) => {
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(5));
-                }
-            }
-        }
-    }
-
-    /// Deletes an ENI that never got attached.
-    async fn delete_eni(&self, eni_id: &str) {
-        self.detach_and_delete(eni_id, None).await;
-    }
-
-    fn growth_succeeded(&self) {
-        let mut growth = lock(&self.growth);
-        growth.last_error = None;
-        growth.paused_until = None;
-    }
-
-    fn record_growth_error(&self, reason: String) {
-        warn!("{reason}");
-        lock(&self.growth).last_error = Some(reason);
-    }
-
-    fn growth_failed(&self, doing: &str, e: CloudError) {
-        let now = self.clock.now();
-        let reason = match e.kind {
-            CloudErrorKind::SubnetFull => {
-                lock(&self.growth).paused_until = Some(now.after(SUBNET_FULL_PAUSE));
-                // The first sentence is the Go CNI's, which operators grep for.
-                format!(
-                    "Unable to attach IPs/Prefixes for the ENI, subnet doesn't seem to have enough \
-                     IPs/Prefixes. Consider using new subnet or carve a reserved range using \
-                     create-subnet-cidr-reservation: subnet {} is exhausted ({e}); pausing growth for {}s",
-                    self.node.identity.primary_eni.subnet_id,
-                    SUBNET_FULL_PAUSE.as_secs()
-                )
-            }
-            CloudErrorKind::Throttled => format!("EC2 is throttling ({doing}: {e})"),
-            CloudErrorKind::LimitExceeded => format!("an instance limit was hit ({doing}: {e})"),
-            CloudErrorKind::Unauthorized => {
-                format!("the node's IAM role lacks a permission ({doing}: {e})")
-            }
-            _ => format!("{doing} failed ({e})"),
-        };
-        self.record_growth_error(reason);
-    }
-
-    /// Whether the pool is growing or about to, or why not: paused, blocked by a limit, or
-    /// already at its targets (an ADD then finds nothing to wait for).
-    pub(super) fn can_grow(&self, now: Timestamp) -> Result<(), String> {
-        let growth = lock(&self.growth).clone();
-        if let Some(until) = growth.paused_until.filter(|u| now < *u) {
-            return Err(format!(
-                "{} (resumes in {}s)",
-                growth.last_error.as_deref().unwrap_or("growth paused"),
-                now.until(until).as_secs()
-            ));
-        }
-        let plan = self.current_plan(now);
-        if let Some(blocked) = plan.blocked {
-            return Err(blocked.to_string());
-        }
-        if plan.actions.iter().any(Action::is_growth) {
-            return Ok(());
-        }
-        let t = &self.node.targets;
-        Err(format!(
-            "the pool is at its targets and will not grow (WARM_ENI_TARGET={}, WARM_IP_TARGET={}, \
-             MINIMUM_IP_TARGET={}, WARM_PREFIX_TARGET={})",
-            t.warm_eni, t.warm_ip, t.minimum_ip, t.warm_prefix
-        ))
-    }
-
-    /// The last growth failure, if the latest attempt failed.
-    pub(super) fn last_growth_error(&self) -> Option<String> {
-        lock(&self.growth).last_error.clone()
-    }
 }
 
 #[cfg(test)]
@@ -670,13 +285,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_description_marks_our_enis_as_the_go_cni_does() {
-        assert_eq!(eni_description("i-0abc"), "aws-K8S-i-0abc");
-    }
-
-    #[test]
-    fn timestamps_are_rfc3339() {
-        let t = humantime::format_rfc3339_seconds(wall_time(Timestamp(86_400_000))).to_string();
-        assert_eq!(t, "1970-01-02T00:00:00Z");
+    fn client_tokens_fit_ec2s_limit_name_the_instance_and_differ() {
+        let a = client_token("i-0123456789abcdef0");
+        let b = client_token("i-0123456789abcdef0");
+        assert!(a.len() <= 64 && a.is_ascii(), "{a}");
+        assert!(a.starts_with("vpc-cni-i-0123456789abcdef0-"), "{a}");
+        assert_ne!(a, b);
     }
 }

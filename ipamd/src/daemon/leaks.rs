@@ -9,7 +9,7 @@ use pool::StateStore;
 use tracing::{debug, info, warn};
 
 use super::Daemon;
-use super::grow::{TAG_CLUSTER, TAG_CREATED_AT, TAG_INSTANCE_ID};
+use super::eni::{TAG_CLUSTER, TAG_CREATED_AT, TAG_INSTANCE_ID, wall_time};
 use crate::host::HostNetwork;
 
 /// An available ENI younger than this may be one another node is still attaching.
@@ -54,7 +54,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 return LeakReport::default();
             }
         };
-        let now = super::grow::wall_time(self.clock.now());
+        let now = wall_time(self.clock.now());
         let mut report = LeakReport::default();
         for eni in found
             .iter()

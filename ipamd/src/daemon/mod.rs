@@ -3,12 +3,15 @@
 //! growth. Requests, growth and
 //! reconciliation live in the submodules.
 
+mod eni;
 mod grow;
+mod growth;
 mod leaks;
 mod migrate;
 mod reconcile;
 mod recover;
 mod requests;
+mod shrink;
 
 pub use leaks::{LeakReport, MAX_START_JITTER, MIN_LEAK_AGE};
 pub use recover::{LostState, RECOVERED_NETWORK};
@@ -28,9 +31,7 @@ use tracing::{error, info, warn};
 use crate::config::Config;
 use crate::durability::{Durability, PersistError};
 use crate::host::{HostError, HostNetwork, NodeNet};
-
-/// How long growth pauses after EC2 says the subnet is full (the Go CNI's 120 s).
-pub const SUBNET_FULL_PAUSE: Duration = Duration::from_secs(120);
+use growth::Growth;
 
 /// How old an assignment without a route must be to count as a dead pod's. A younger one may
 /// belong to an ADD whose plugin has its reply but has not added the route yet; releasing it
@@ -55,12 +56,12 @@ pub enum StartupError {
         source: CloudError,
     },
     /// Stored state could not be read.
-    #[error("reading stored state from {dir}: {reason}")]
+    #[error("reading stored state from {}: {source}", dir.display())]
     Restore {
         /// State directory.
-        dir: String,
+        dir: std::path::PathBuf,
         /// Why.
-        reason: String,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The node's network could not be set up.
     #[error("setting up the node's network: {0}")]
@@ -102,15 +103,6 @@ pub struct Node {
     pub add_wait: Duration,
 }
 
-/// Why the pool is not growing, for STATUS and the CNI error of an ADD that found no address.
-#[derive(Clone, Debug, Default)]
-struct Growth {
-    paused_until: Option<Timestamp>,
-    last_error: Option<String>,
-    /// When addresses were last given back (releases happen at most every 30 s).
-    last_release: Option<Timestamp>,
-}
-
 /// The running daemon, generic over its seams: EC2, IMDS, the node's network and the store.
 pub struct Daemon<E, I, H, S> {
     ec2: E,
@@ -130,6 +122,9 @@ pub struct Daemon<E, I, H, S> {
     /// pool, so the two agree again.
     store_behind: AtomicBool,
     growth: Mutex<Growth>,
+    /// A CreateNetworkInterface request whose answer did not come back: sent again as it is
+    /// (same client token) until EC2 answers, so a lost answer never costs a second ENI.
+    pending_create: Mutex<Option<cloud::CreateEni>>,
     /// Growth and reconciliation both change ENIs through EC2: one at a time.
     ec2_ops: tokio::sync::Mutex<()>,
     kick: Notify,
@@ -265,8 +260,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         );
 
         let state = store.load().map_err(|e| StartupError::Restore {
-            dir: config.state_dir.display().to_string(),
-            reason: e.to_string(),
+            dir: config.state_dir.clone(),
+            source: Box::new(e),
         })?;
         // A node that has never run ipamd may be switching from aws-node.
         let first_start = state.enis.is_empty() && state.addrs.is_empty();
@@ -297,6 +292,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             durable: Durability::new(store),
             store_behind: AtomicBool::new(false),
             growth: Mutex::new(Growth::default()),
+            pending_create: Mutex::new(None),
             ec2_ops: tokio::sync::Mutex::new(()),
             kick: Notify::new(),
             grown: tokio::sync::watch::Sender::new(0),
@@ -365,7 +361,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             targets: self.node.targets,
             last_release: growth.last_release,
             growth_paused_until: growth.paused_until.filter(|u| now < *u),
-            last_error: growth.last_error,
+            last_error: growth.last_error.map(|e| e.to_string()),
             ready,
         }
     }

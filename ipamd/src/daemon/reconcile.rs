@@ -9,22 +9,10 @@ use ipnetwork::Ipv4Network;
 use pool::{EniInfo, Removal, StateStore};
 use tracing::{debug, error, info, warn};
 
-use super::grow::{TAG_INSTANCE_ID, eni_description, sync_eni};
+use super::eni::{is_ours, sync_eni};
 use super::{Daemon, StartupError, lock};
 use crate::durability::PersistError;
 use crate::host::HostNetwork;
-
-const MACS: &str = "meta-data/network/interfaces/macs/";
-
-/// True for an ENI vpc-cni manages on `instance_id`: created for it (the description the Go CNI
-/// uses too) or tagged for it.
-fn is_ours(eni: &NetworkInterface, instance_id: &str) -> bool {
-    eni.description == eni_description(instance_id)
-        || eni
-            .tags
-            .get(TAG_INSTANCE_ID)
-            .is_some_and(|v| v == instance_id)
-}
 
 impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
     /// The periodic check: the ENIs IMDS lists, with their addresses and prefixes, against
@@ -55,47 +43,22 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// ENI id -> (secondary /32s, prefixes), as IMDS shows them. Unmanaged ENIs are listed
     /// without addresses: only their presence matters.
     async fn imds_view(&self) -> Result<View, CloudError> {
-        let macs = self.imds.get(MACS).await?.unwrap_or_default();
         let unmanaged = lock(&self.unmanaged).clone();
         let mut view = View::new();
-        for mac in macs
-            .lines()
-            .map(|l| l.trim().trim_end_matches('/'))
-            .filter(|l| !l.is_empty())
-        {
-            let base = format!("{MACS}{mac}");
-            let Some(id) = self.imds.get(&format!("{base}/interface-id")).await? else {
+        for mac in cloud::attached_macs(&self.imds).await? {
+            let Some(id) = cloud::eni_id(&self.imds, &mac).await? else {
                 continue;
             };
-            let id = id.trim().to_string();
-            if unmanaged.contains(&id) {
-                view.insert(id, Default::default());
-                continue;
-            }
-            let ips = self
-                .imds
-                .get(&format!("{base}/local-ipv4s"))
-                .await?
-                .unwrap_or_default();
-            let prefixes = self
-                .imds
-                .get(&format!("{base}/ipv4-prefix"))
-                .await?
-                .unwrap_or_default();
-            view.insert(
-                id,
+            let addresses = if unmanaged.contains(&id) {
+                Default::default()
+            } else {
+                let a = cloud::eni_addresses(&self.imds, &mac).await?;
                 (
-                    // IMDS lists the ENI's own address first.
-                    ips.lines()
-                        .skip(1)
-                        .filter_map(|l| l.trim().parse().ok())
-                        .collect(),
-                    prefixes
-                        .lines()
-                        .filter_map(|l| l.trim().parse().ok())
-                        .collect(),
-                ),
-            );
+                    a.secondary_ips.into_iter().collect(),
+                    a.prefixes.into_iter().collect(),
+                )
+            };
+            view.insert(id, addresses);
         }
         Ok(view)
     }
@@ -255,22 +218,3 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
 
 /// ENI id -> its secondary /32s and its prefixes.
 type View = BTreeMap<String, (BTreeSet<Ipv4Addr>, BTreeSet<Ipv4Network>)>;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ours_by_description_or_tag() {
-        let mut eni = NetworkInterface {
-            description: "aws-K8S-i-1".into(),
-            ..Default::default()
-        };
-        assert!(is_ours(&eni, "i-1"));
-        assert!(!is_ours(&eni, "i-2"));
-        eni.description = "someone else's".into();
-        assert!(!is_ours(&eni, "i-1"));
-        eni.tags.insert(TAG_INSTANCE_ID.into(), "i-1".into());
-        assert!(is_ours(&eni, "i-1"));
-    }
-}

@@ -103,7 +103,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     fn no_address(&self, key: &pool::AttachmentKey, e: AssignError, now: Timestamp) -> DaemonError {
         self.kick.notify_one();
         let growth = match self.can_grow(now) {
-            Err(why) => why,
+            Err(why) => why.to_string(),
             Ok(()) => match self.last_growth_error() {
                 Some(last) => format!("the pool is growing (last attempt: {last})"),
                 None => "the pool is growing, retry shortly".to_string(),

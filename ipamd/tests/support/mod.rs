@@ -99,7 +99,7 @@ pub fn ec2_with(ipv4_per_eni: u32, max_enis: u32, subnet: &str) -> Arc<FakeEc2> 
             security_groups: vec!["sg-node".into()],
             attachment: Some(Attachment {
                 id: "eni-attach-primary".into(),
-                instance_id: INSTANCE.into(),
+                instance_id: Some(INSTANCE.into()),
                 device_index: 0,
                 network_card_index: 0,
                 delete_on_termination: true,
