@@ -6,7 +6,8 @@
 //! namespace (request -> ack, dumps with `NLM_F_DUMP`), with no async runtime, so the CNI
 //! plugin stays a fast, short-lived process. Messages are built by pure functions in
 //! [`messages`] and can be inspected without privileges. Pod wiring, its teardown and checks
-//! take any [`NetlinkOps`], the seam [`Netlink`] implements,.
+//! take any [`NetlinkOps`], the seam [`Netlink`] implements, so unit tests run them against a
+//! recording in-memory fake that can fail any step.
 //!
 //! The datapath is the Go AWS VPC CNI's (see DESIGN.md "Pod datapath"): in the pod,
 //! `<ip>/32` on the interface, `169.254.1.1/32 dev <if> scope link`, `default via
@@ -19,6 +20,8 @@
 mod check;
 mod eni;
 mod error;
+#[cfg(test)]
+mod fake;
 pub mod messages;
 mod names;
 mod netlink_ops;
