@@ -265,3 +265,6 @@ fn check_host_side<N: NetlinkOps + ?Sized>(
 fn mac_text(mac: Option<[u8; 6]>) -> String {
     mac.map(|m| format_mac(&m)).unwrap_or_else(|| "none".into())
 }
+
+#[cfg(test)]
+mod tests;

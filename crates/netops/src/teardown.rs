@@ -149,27 +149,4 @@ pub fn teardown_container(netns: &Path, ifname: &str) -> Result<bool> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 5);
-
-    #[test]
-    fn pod_rules_are_recognised() {
-        let ip32 = host_prefix(IP);
-        assert!(is_pod_rule(&Rule::to_dst(512, ip32, 254), IP));
-        assert!(is_pod_rule(&Rule::from_src(1536, ip32, 2), IP));
-        assert!(is_pod_rule(&Rule::from_src(1536, ip32, 7), IP));
-        // Not ours: other address, other priority, other table for 512, extra selectors.
-        let other = host_prefix(Ipv4Addr::new(10, 0, 0, 6));
-        assert!(!is_pod_rule(&Rule::to_dst(512, other, 254), IP));
-        assert!(!is_pod_rule(&Rule::from_src(1535, ip32, 2), IP));
-        assert!(!is_pod_rule(&Rule::to_dst(512, ip32, 2), IP));
-        assert!(!is_pod_rule(&Rule::from_src(32765, ip32, 2), IP));
-        let marked = Rule {
-            fwmark: Some((0x80, 0x80)),
-            ..Rule::from_src(1536, ip32, 2)
-        };
-        assert!(!is_pod_rule(&marked, IP));
-    }
-}
+mod tests;
