@@ -97,9 +97,9 @@ pub(crate) struct FakeNs {
 }
 
 impl FakeNs {
-    /// Adds a link that is not a veth (`kind` `None` is a physical device), without logging.
-    pub(crate) fn seed_link(&self, name: &str, kind: Option<&str>) -> u32 {
-        self.world.borrow_mut().seed_link(self.id, name, kind)
+    /// Adds a link without a peer (`kind` `None` is a physical device), without logging.
+    pub(crate) fn seed_link(&self, name: &str, kind: Option<&str>) {
+        self.world.borrow_mut().seed_link(self.id, name, kind);
     }
 
     /// This namespace's objects.

@@ -124,14 +124,12 @@ impl World {
         }
     }
 
-    pub(super) fn seed_link(&mut self, id: usize, name: &str, kind: Option<&str>) -> u32 {
+    pub(super) fn seed_link(&mut self, id: usize, name: &str, kind: Option<&str>) {
         let link = self.new_link(id, name, kind);
-        let index = link.index;
         self.state_mut(id).links.push(FakeLink {
             link,
             peer_ns: None,
         });
-        index
     }
 
     /// As the kernel: both names must be free, the local end may start up, the peer never.

@@ -5,7 +5,7 @@ use std::os::fd::AsRawFd;
 use nix::errno::Errno;
 
 use super::*;
-use crate::fake::{FakeNet, FakeNs};
+use crate::fake::{FakeNet, FakeNs, NsState};
 use crate::messages::link::VethSpec;
 use crate::netlink_ops::NetlinkOps;
 use crate::pod::tests::{IP, TABLE, VETH, add};
@@ -15,7 +15,7 @@ fn ip32() -> ipnetwork::Ipv4Network {
 }
 
 /// A node with a pod wired on `table`, and the namespaces' objects from before the ADD.
-fn wired(table: u32) -> (FakeNet, FakeNs, Vec<crate::fake::NsState>) {
+fn wired(table: u32) -> (FakeNet, FakeNs, Vec<NsState>) {
     let (net, host, pod) = FakeNet::node_and_pod();
     let before = net.state();
     add(&host, &pod, table).expect("ADD");
