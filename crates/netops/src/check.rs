@@ -9,8 +9,8 @@ use crate::messages::link::Link;
 use crate::messages::route::{Route, Scope};
 use crate::messages::table_name;
 use crate::names::format_mac;
+use crate::netlink_ops::NetlinkOps;
 use crate::pod::{POD_GATEWAY, PRIO_FROM_POD, PRIO_TO_POD, host_prefix};
-use crate::socket::Netlink;
 use crate::teardown::is_pod_rule;
 
 /// What a correctly wired pod looks like.
@@ -62,7 +62,11 @@ pub enum CheckError {
 
 /// Compares the pod's interface, address, routes and gateway neighbour, and the host's veth,
 /// route and rules, with `expected`. The error lists every difference found.
-pub fn check_pod(host: &Netlink, pod: &Netlink, expected: &ExpectedPod) -> Result<(), CheckError> {
+pub fn check_pod<N: NetlinkOps + ?Sized>(
+    host: &N,
+    pod: &N,
+    expected: &ExpectedPod,
+) -> Result<(), CheckError> {
     let mut problems = Vec::new();
     let cont = pod.link_by_name(&expected.container_ifname)?;
     let veth = host.link_by_name(&expected.host_veth)?;
@@ -132,8 +136,8 @@ fn check_links(
     }
 }
 
-fn check_pod_side(
-    pod: &Netlink,
+fn check_pod_side<N: NetlinkOps + ?Sized>(
+    pod: &N,
     expected: &ExpectedPod,
     cont: &Link,
     veth: Option<&Link>,
@@ -201,8 +205,8 @@ fn check_pod_side(
     Ok(())
 }
 
-fn check_host_side(
-    host: &Netlink,
+fn check_host_side<N: NetlinkOps + ?Sized>(
+    host: &N,
     expected: &ExpectedPod,
     veth: Option<&Link>,
     problems: &mut Vec<String>,
@@ -261,3 +265,6 @@ fn check_host_side(
 fn mac_text(mac: Option<[u8; 6]>) -> String {
     mac.map(|m| format_mac(&m)).unwrap_or_else(|| "none".into())
 }
+
+#[cfg(test)]
+mod tests;

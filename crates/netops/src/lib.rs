@@ -5,7 +5,9 @@
 //! Everything is synchronous: a [`Netlink`] is a plain rtnetlink socket bound to one network
 //! namespace (request -> ack, dumps with `NLM_F_DUMP`), with no async runtime, so the CNI
 //! plugin stays a fast, short-lived process. Messages are built by pure functions in
-//! [`messages`] and can be inspected without privileges.
+//! [`messages`] and can be inspected without privileges. Pod wiring, its teardown and checks
+//! take any [`NetlinkOps`], the seam [`Netlink`] implements, so unit tests run them against a
+//! recording in-memory fake that can fail any step.
 //!
 //! The datapath is the Go AWS VPC CNI's (see DESIGN.md "Pod datapath"): in the pod,
 //! `<ip>/32` on the interface, `169.254.1.1/32 dev <if> scope link`, `default via
@@ -18,8 +20,11 @@
 mod check;
 mod eni;
 mod error;
+#[cfg(test)]
+mod fake;
 pub mod messages;
 mod names;
+mod netlink_ops;
 mod netns;
 mod ops;
 mod pod;
@@ -40,6 +45,7 @@ pub use messages::neigh::Neighbour;
 pub use messages::route::{Route, Scope};
 pub use messages::rule::Rule;
 pub use names::{IFNAME_MAX, format_mac, parse_mac, random_mac, validate_ifname, veth_name};
+pub use netlink_ops::NetlinkOps;
 pub use pod::{POD_GATEWAY, PRIO_FROM_POD, PRIO_TO_POD, PodSpec, PodWiring, setup_pod};
 pub use socket::Netlink;
 pub use teardown::{

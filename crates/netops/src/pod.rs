@@ -11,7 +11,7 @@ use crate::messages::link::{Link, VethSpec};
 use crate::messages::route::Route;
 use crate::messages::rule::Rule;
 use crate::names::{random_mac, validate_ifname};
-use crate::socket::Netlink;
+use crate::netlink_ops::NetlinkOps;
 
 /// The pod's next hop: a link-local address answered by the host veth (via the permanent
 /// neighbour entry), never configured anywhere.
@@ -55,7 +55,8 @@ pub(crate) fn host_prefix(ip: Ipv4Addr) -> Ipv4Network {
     Ipv4Network::from(ip)
 }
 
-/// Wires a pod: `host` is a socket in the node's namespace, `pod` one in the pod's.
+/// Wires a pod: `host` is a socket in the node's namespace, `pod` one in the pod's (a
+/// [`crate::Netlink`] each, in production).
 ///
 /// Creates the veth from the pod side with the peer placed directly in the host namespace
 /// (no link is moved between namespaces), both ends up with `spec.mtu`; then on the host the
@@ -68,7 +69,18 @@ pub(crate) fn host_prefix(ip: Ipv4Addr) -> Ipv4Network {
 /// A stale host veth of the same name is deleted first. An existing `container_ifname` in
 /// the pod is an error ([`Error::ContainerIfaceExists`]). When any step fails, everything
 /// created so far is removed and the original error is returned.
-pub fn setup_pod(host: &Netlink, pod: &Netlink, spec: &PodSpec) -> Result<PodWiring> {
+pub fn setup_pod<N: NetlinkOps + ?Sized>(host: &N, pod: &N, spec: &PodSpec) -> Result<PodWiring> {
+    setup_pod_with_mac(host, pod, spec, random_mac)
+}
+
+/// [`setup_pod`] with the host veth's MAC from `new_mac`, called where `setup_pod` draws a
+/// random one, so tests can predict every request.
+fn setup_pod_with_mac<N: NetlinkOps + ?Sized>(
+    host: &N,
+    pod: &N,
+    spec: &PodSpec,
+    new_mac: impl FnOnce() -> Result<[u8; 6]>,
+) -> Result<PodWiring> {
     validate(spec)?;
     // The host veth name belongs to this pod: a leftover one is this pod's earlier wiring, and
     // deleting it removes its pod end too, so a repeated ADD re-wires instead of failing.
@@ -78,7 +90,7 @@ pub fn setup_pod(host: &Netlink, pod: &Netlink, spec: &PodSpec) -> Result<PodWir
             name: spec.container_ifname.clone(),
         });
     }
-    let host_mac = random_mac()?;
+    let host_mac = new_mac()?;
 
     let mut undo = Undo::default();
     let result = wire(host, pod, spec, host_mac, &mut undo);
@@ -115,7 +127,7 @@ fn validate(spec: &PodSpec) -> Result<()> {
 }
 
 /// Deletes a leftover host veth of this name; refuses to touch a link that is not a veth.
-fn remove_stale_host_veth(host: &Netlink, name: &str) -> Result<()> {
+fn remove_stale_host_veth<N: NetlinkOps + ?Sized>(host: &N, name: &str) -> Result<()> {
     let Some(link) = host.link_by_name(name)? else {
         return Ok(());
     };
@@ -144,7 +156,7 @@ struct Undo {
 
 impl Undo {
     /// Best effort: the caller returns the original error, not one from cleaning up.
-    fn run(self, host: &Netlink) {
+    fn run<N: NetlinkOps + ?Sized>(self, host: &N) {
         for rule in self.rules.iter().rev() {
             let _ = host.delete_rule(rule);
         }
@@ -158,9 +170,9 @@ impl Undo {
     }
 }
 
-fn wire(
-    host: &Netlink,
-    pod: &Netlink,
+fn wire<N: NetlinkOps + ?Sized>(
+    host: &N,
+    pod: &N,
     spec: &PodSpec,
     host_mac: [u8; 6],
     undo: &mut Undo,
@@ -237,7 +249,7 @@ fn wire(
 }
 
 /// Looks up a link just created and makes sure it is up.
-fn require_link(nl: &Netlink, name: &str, what: &str) -> Result<Link> {
+fn require_link<N: NetlinkOps + ?Sized>(nl: &N, name: &str, what: &str) -> Result<Link> {
     let link = nl.link_by_name(name)?.ok_or_else(|| Error::Kernel {
         op: format!("find {what} {name} after creating it"),
         errno: libc_errno::ENODEV,
@@ -251,7 +263,7 @@ fn require_link(nl: &Netlink, name: &str, what: &str) -> Result<Link> {
     Ok(link)
 }
 
-fn add_host_rule(host: &Netlink, rule: Rule, undo: &mut Undo) -> Result<()> {
+fn add_host_rule<N: NetlinkOps + ?Sized>(host: &N, rule: Rule, undo: &mut Undo) -> Result<()> {
     match host.add_rule(&rule) {
         Ok(()) => {
             undo.rules.push(rule);
@@ -264,66 +276,4 @@ fn add_host_rule(host: &Netlink, rule: Rule, undo: &mut Undo) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spec() -> PodSpec {
-        PodSpec {
-            host_veth: "enic440f455693".into(),
-            container_ifname: "eth0".into(),
-            ip: Ipv4Addr::new(10, 0, 0, 5),
-            mtu: 9001,
-            route_table: RT_TABLE_MAIN,
-        }
-    }
-
-    #[test]
-    fn validation_names_the_bad_input() {
-        assert!(validate(&spec()).is_ok());
-        let cases: Vec<(PodSpec, &str)> = vec![
-            (
-                PodSpec {
-                    host_veth: "enic440f4556931234".into(),
-                    ..spec()
-                },
-                "host veth name",
-            ),
-            (
-                PodSpec {
-                    container_ifname: String::new(),
-                    ..spec()
-                },
-                "container interface name",
-            ),
-            (
-                PodSpec {
-                    ip: Ipv4Addr::UNSPECIFIED,
-                    ..spec()
-                },
-                "pod IP",
-            ),
-            (PodSpec { mtu: 0, ..spec() }, "MTU"),
-            (
-                PodSpec {
-                    mtu: 70_000,
-                    ..spec()
-                },
-                "MTU",
-            ),
-            (
-                PodSpec {
-                    route_table: 0,
-                    ..spec()
-                },
-                "route table",
-            ),
-        ];
-        for (bad, what) in cases {
-            let err = validate(&bad).unwrap_err();
-            assert!(
-                err.to_string().starts_with(&format!("invalid {what}")),
-                "{err}"
-            );
-        }
-    }
-}
+pub(crate) mod tests;

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::messages::RT_TABLE_MAIN;
 use crate::messages::route::Route;
 use crate::messages::rule::Rule;
+use crate::netlink_ops::NetlinkOps;
 use crate::pod::{PRIO_FROM_POD, PRIO_TO_POD, host_prefix};
 use crate::socket::Netlink;
 
@@ -46,7 +47,11 @@ pub fn is_pod_rule(rule: &Rule, ip: Ipv4Addr) -> bool {
 /// only from its `prevResult` must check this first: the address may have been released,
 /// cooled down and handed to a new pod since. The kernel drops a route with its link, so an
 /// existing `<ip>/32` route always leads to a live link.
-pub fn routed_elsewhere(host: &Netlink, ip: Ipv4Addr, host_veth: Option<&str>) -> Result<bool> {
+pub fn routed_elsewhere<N: NetlinkOps + ?Sized>(
+    host: &N,
+    ip: Ipv4Addr,
+    host_veth: Option<&str>,
+) -> Result<bool> {
     let dst = host_prefix(ip);
     let Some(route) = host
         .routes(RT_TABLE_MAIN)?
@@ -70,8 +75,8 @@ pub fn routed_elsewhere(host: &Netlink, ip: Ipv4Addr, host_veth: Option<&str>) -
 /// what this call removed. When `host_veth` is given only a route through that veth is
 /// deleted (a route to the same address through another link belongs to someone else);
 /// without it, any `<ip>/32` route in main is deleted, as the Go CNI does.
-pub fn teardown_host(
-    host: &Netlink,
+pub fn teardown_host<N: NetlinkOps + ?Sized>(
+    host: &N,
     ip: Ipv4Addr,
     host_veth: Option<&str>,
 ) -> Result<TeardownReport> {
@@ -144,27 +149,4 @@ pub fn teardown_container(netns: &Path, ifname: &str) -> Result<bool> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 5);
-
-    #[test]
-    fn pod_rules_are_recognised() {
-        let ip32 = host_prefix(IP);
-        assert!(is_pod_rule(&Rule::to_dst(512, ip32, 254), IP));
-        assert!(is_pod_rule(&Rule::from_src(1536, ip32, 2), IP));
-        assert!(is_pod_rule(&Rule::from_src(1536, ip32, 7), IP));
-        // Not ours: other address, other priority, other table for 512, extra selectors.
-        let other = host_prefix(Ipv4Addr::new(10, 0, 0, 6));
-        assert!(!is_pod_rule(&Rule::to_dst(512, other, 254), IP));
-        assert!(!is_pod_rule(&Rule::from_src(1535, ip32, 2), IP));
-        assert!(!is_pod_rule(&Rule::to_dst(512, ip32, 2), IP));
-        assert!(!is_pod_rule(&Rule::from_src(32765, ip32, 2), IP));
-        let marked = Rule {
-            fwmark: Some((0x80, 0x80)),
-            ..Rule::from_src(1536, ip32, 2)
-        };
-        assert!(!is_pod_rule(&marked, IP));
-    }
-}
+mod tests;

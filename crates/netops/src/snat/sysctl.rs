@@ -1,6 +1,7 @@
 //! Loose reverse-path filtering on the primary ENI.
 
 use std::fs;
+use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::PathBuf;
 
@@ -33,17 +34,7 @@ pub(crate) fn set_rp_filter_loose(netns: BorrowedFd<'_>, ifname: &str) -> Result
                     })
                 })?;
             }
-            let sysctl_err = |source| SnatError::Sysctl {
-                path: path.clone(),
-                source,
-            };
-            let old = fs::read_to_string(&path).map_err(sysctl_err)?;
-            let old = old.trim();
-            if old == RP_FILTER_LOOSE {
-                return Ok(None);
-            }
-            fs::write(&path, RP_FILTER_LOOSE).map_err(sysctl_err)?;
-            Ok(Some(old.to_string()))
+            make_loose(&ProcSys, &path)
         })
         .join()
         .unwrap_or_else(|_| {
@@ -53,6 +44,44 @@ pub(crate) fn set_rp_filter_loose(netns: BorrowedFd<'_>, ifname: &str) -> Result
             })
         })
     })
+}
+
+/// Reading and writing sysctl files: the seam unit tests replace.
+trait SysctlFiles {
+    /// The file's content.
+    fn read(&self, path: &str) -> io::Result<String>;
+    /// Writes `value` to the file.
+    fn write(&self, path: &str, value: &str) -> io::Result<()>;
+}
+
+/// The files under /proc/sys, as the calling thread's namespaces show them.
+struct ProcSys;
+
+impl SysctlFiles for ProcSys {
+    fn read(&self, path: &str) -> io::Result<String> {
+        fs::read_to_string(path)
+    }
+
+    fn write(&self, path: &str, value: &str) -> io::Result<()> {
+        fs::write(path, value)
+    }
+}
+
+/// Sets the `rp_filter` file at `path` to loose unless it is already, and returns the value it
+/// replaced. Writing only when needed keeps a read-only /proc/sys (the DaemonSet's) working
+/// once the init container has done the write.
+fn make_loose(files: &impl SysctlFiles, path: &str) -> Result<Option<String>> {
+    let sysctl_err = |source| SnatError::Sysctl {
+        path: path.to_string(),
+        source,
+    };
+    let old = files.read(path).map_err(sysctl_err)?;
+    let old = old.trim();
+    if old == RP_FILTER_LOOSE {
+        return Ok(None);
+    }
+    files.write(path, RP_FILTER_LOOSE).map_err(sysctl_err)?;
+    Ok(Some(old.to_string()))
 }
 
 /// True when `netns` is the namespace this thread is in (same inode on nsfs).
@@ -68,10 +97,99 @@ fn is_current_netns(netns: BorrowedFd<'_>) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+    use std::collections::BTreeMap;
     use std::fs::File;
     use std::os::fd::AsFd;
 
+    use nix::errno::Errno;
+
     use super::*;
+
+    const PATH: &str = "/proc/sys/net/ipv4/conf/eth0/rp_filter";
+
+    /// Sysctl files in memory, read-only like the DaemonSet's /proc/sys when asked, with a
+    /// log of every access.
+    #[derive(Default)]
+    struct FakeSysctls {
+        values: RefCell<BTreeMap<String, String>>,
+        read_only: bool,
+        log: RefCell<Vec<String>>,
+    }
+
+    impl FakeSysctls {
+        fn with(path: &str, value: &str) -> Self {
+            let fake = Self::default();
+            fake.values.borrow_mut().insert(path.into(), value.into());
+            fake
+        }
+    }
+
+    impl SysctlFiles for FakeSysctls {
+        fn read(&self, path: &str) -> io::Result<String> {
+            self.log.borrow_mut().push(format!("read {path}"));
+            self.values
+                .borrow()
+                .get(path)
+                .cloned()
+                .ok_or_else(|| io::Error::from_raw_os_error(Errno::ENOENT as i32))
+        }
+
+        fn write(&self, path: &str, value: &str) -> io::Result<()> {
+            self.log.borrow_mut().push(format!("write {path} {value}"));
+            if self.read_only {
+                return Err(io::Error::from_raw_os_error(Errno::EROFS as i32));
+            }
+            self.values.borrow_mut().insert(path.into(), value.into());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn an_already_loose_value_is_only_read() {
+        let files = FakeSysctls {
+            read_only: true,
+            ..FakeSysctls::with(PATH, "2\n")
+        };
+        assert_eq!(make_loose(&files, PATH).unwrap(), None);
+        assert_eq!(*files.log.borrow(), [format!("read {PATH}")]);
+    }
+
+    #[test]
+    fn another_value_is_made_loose_and_returned() {
+        let files = FakeSysctls::with(PATH, "1\n");
+        assert_eq!(make_loose(&files, PATH).unwrap().as_deref(), Some("1"));
+        assert_eq!(
+            *files.log.borrow(),
+            [format!("read {PATH}"), format!("write {PATH} 2")]
+        );
+        assert_eq!(files.values.borrow()[PATH], "2");
+    }
+
+    #[test]
+    fn an_unreadable_file_is_an_error_naming_it_and_nothing_is_written() {
+        let files = FakeSysctls::default();
+        let err = make_loose(&files, PATH).unwrap_err();
+        assert!(matches!(err, SnatError::Sysctl { ref path, .. } if path == PATH));
+        assert_eq!(
+            err.to_string(),
+            format!("sysctl {PATH}: No such file or directory (os error 2)")
+        );
+        assert_eq!(*files.log.borrow(), [format!("read {PATH}")]);
+    }
+
+    #[test]
+    fn a_failed_write_is_an_error_naming_the_file() {
+        let files = FakeSysctls {
+            read_only: true,
+            ..FakeSysctls::with(PATH, "1")
+        };
+        let err = make_loose(&files, PATH).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("sysctl {PATH}: Read-only file system (os error 30)")
+        );
+    }
 
     #[test]
     fn the_own_namespace_is_recognised_and_another_is_not() {
