@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use backon::{ExponentialBuilder, Retryable};
 use clap::{Parser, Subcommand};
 use cloud::NodeIdentity;
 use cloud::aws::{AwsEc2, AwsImds, Ec2Settings};
@@ -245,25 +246,32 @@ fn spawn_http(
     what: &'static str,
     bind: Bind,
     router: axum::Router,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut pause = Duration::from_secs(1);
-        loop {
+        let listen = || {
             info!("Serving {what} on {bind}");
             let mut until = stop.clone();
             let shutdown = async move {
                 let _ = until.wait_for(|stopped| *stopped).await;
             };
-            match introspect::serve(bind.clone(), router.clone(), shutdown).await {
-                Ok(()) => return,
-                Err(e) => error!(error = %e, "{what} failed; retrying in {}s", pause.as_secs()),
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
-                _ = stop.wait_for(|stopped| *stopped) => return,
-            }
-            pause = (pause * 2).min(Duration::from_secs(60));
+            introspect::serve(bind.clone(), router.clone(), shutdown)
+        };
+        let retried = listen
+            .retry(
+                ExponentialBuilder::new()
+                    .with_min_delay(Duration::from_secs(1))
+                    .with_max_delay(Duration::from_secs(60))
+                    .without_max_times(),
+            )
+            .sleep(tokio::time::sleep)
+            .notify(
+                |e, pause| error!(error = %e, "{what} failed; retrying in {}s", pause.as_secs()),
+            );
+        let mut stopped = stop.clone();
+        tokio::select! {
+            _ = retried => {}
+            _ = stopped.wait_for(|stopped| *stopped) => {}
         }
     })
 }

@@ -24,8 +24,9 @@ use std::net::Ipv4Addr;
 use std::os::unix::fs::PermissionsExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use backon::{BlockingRetryable, ConstantBuilder};
 use pool::{EniInfo, Mutation, PersistedAddr, PersistedState, StateStore};
 use thiserror::Error;
 
@@ -34,6 +35,8 @@ pub const SCHEMA: &str = "vpc-cni-state/1";
 
 /// How long [`SledStore::open`] waits for the database's lock.
 const LOCK_WAIT: Duration = Duration::from_secs(3);
+/// How often the lock is tried again meanwhile.
+const LOCK_POLL: Duration = Duration::from_millis(20);
 
 /// Upper bound of sled's page cache.
 const CACHE_BYTES: u64 = 4 << 20;
@@ -272,8 +275,7 @@ impl SledStore {
 /// from a background thread after the last handle is dropped, and a previous ipamd may still be
 /// exiting, so a held lock is usually a matter of milliseconds.
 fn open_db(dir: &Path) -> Result<sled::Db, OpenDbError> {
-    let deadline = Instant::now() + LOCK_WAIT;
-    loop {
+    let open = || {
         // sled's default page cache may grow to 1 GiB; the pool's state is a few kilobytes and
         // ipamd has to stay small.
         match sled::Config::new()
@@ -282,18 +284,20 @@ fn open_db(dir: &Path) -> Result<sled::Db, OpenDbError> {
             .open()
         {
             // sled reports a held lock only in the message of an I/O error.
-            Err(sled::Error::Io(e))
-                if e.to_string().contains("could not acquire lock")
-                    && Instant::now() < deadline =>
-            {
-                std::thread::sleep(Duration::from_millis(20));
-            }
             Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
-                return Err(OpenDbError::Locked(e.to_string()));
+                Err(OpenDbError::Locked(e.to_string()))
             }
-            other => return other.map_err(OpenDbError::Sled),
+            other => other.map_err(OpenDbError::Sled),
         }
-    }
+    };
+    open.retry(
+        ConstantBuilder::new()
+            .with_delay(LOCK_POLL)
+            .with_max_times((LOCK_WAIT.as_millis() / LOCK_POLL.as_millis()) as usize),
+    )
+    .sleep(std::thread::sleep)
+    .when(|e| matches!(e, OpenDbError::Locked(_)))
+    .call()
 }
 
 enum OpenDbError {
