@@ -56,7 +56,8 @@ pub fn allocation_veth_name(prefix: &str, allocation: &Allocation) -> String {
 
 #[cfg(test)]
 mod tests {
-    use ipam_proto::{AttachmentKey, MAIN_TABLE, PodMeta};
+    use ipam_proto::{AttachmentKey, PodMeta};
+    use netops::RT_TABLE_MAIN;
 
     use super::*;
 
@@ -120,7 +121,7 @@ mod tests {
             ip: "10.0.0.9".parse().unwrap(),
             eni_id: "eni-1".into(),
             device_number: 0,
-            route_table: MAIN_TABLE,
+            route_table: RT_TABLE_MAIN,
         };
         assert_eq!(allocation_veth_name("eni", &allocation), "enic440f455693");
         let anonymous = Allocation {

@@ -6,7 +6,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cni::settings::{DEFAULT_MTU, DEFAULT_VETH_PREFIX, SettingError};
 use ipnetwork::Ipv4Network;
+use netops::snat::{DEFAULT_CONNMARK, Randomize, SnatError};
 use thiserror::Error;
 
 /// A variable with a value ipamd cannot use.
@@ -30,17 +32,6 @@ pub enum LogTarget {
     Stderr,
     /// A file (appended).
     File(PathBuf),
-}
-
-/// How the SNAT rule picks source ports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RandomizeSnat {
-    /// `--random-fully` (the default).
-    Prng,
-    /// `--random`.
-    HashRandom,
-    /// Neither.
-    None,
 }
 
 /// Where an HTTP endpoint listens.
@@ -86,7 +77,7 @@ pub struct Config {
     /// `AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS`.
     pub exclude_snat_cidrs: Vec<Ipv4Network>,
     /// `AWS_VPC_K8S_CNI_RANDOMIZESNAT`: `prng`, `hashrandom` or `none`.
-    pub randomize_snat: RandomizeSnat,
+    pub randomize_snat: Randomize,
     /// `AWS_VPC_CNI_NODE_PORT_SUPPORT`.
     pub node_port_support: bool,
     /// `AWS_VPC_K8S_CNI_CONNMARK`.
@@ -171,14 +162,7 @@ pub fn ignored_settings(get: impl Fn(&str) -> Option<String>) -> Vec<String> {
         .collect()
 }
 
-fn bad(var: &'static str, value: &str, problem: impl Into<String>) -> ConfigError {
-    ConfigError {
-        var,
-        value: value.to_string(),
-        problem: problem.into(),
-    }
-}
-
+/// Reads typed values through a variable lookup; every error names its variable and value.
 struct Env<F> {
     get: F,
 }
@@ -191,258 +175,243 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
             .filter(|v| !v.is_empty())
     }
 
-    fn string(&self, var: &'static str, default: &str) -> String {
-        self.raw(var).unwrap_or_else(|| default.to_string())
+    /// The value (or `default` when unset) read by `parse`, whose error is the problem.
+    fn parsed<T>(
+        &self,
+        var: &'static str,
+        default: &str,
+        parse: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Result<T, ConfigError> {
+        let value = self.raw(var).unwrap_or_else(|| default.to_string());
+        parse(&value).map_err(|problem| ConfigError {
+            var,
+            value,
+            problem,
+        })
+    }
+
+    /// Like [`Env::parsed`], for a variable whose absence means "none".
+    fn optional<T>(
+        &self,
+        var: &'static str,
+        parse: impl FnOnce(&str) -> Result<Option<T>, String>,
+    ) -> Result<Option<T>, ConfigError> {
+        self.parsed(var, "", |v| if v.is_empty() { Ok(None) } else { parse(v) })
     }
 
     fn uint(&self, var: &'static str, default: u32) -> Result<u32, ConfigError> {
-        match self.raw(var) {
-            None => Ok(default),
-            Some(v) => v
-                .parse()
-                .map_err(|_| bad(var, &v, "expected a whole number of 0 or more")),
-        }
+        self.parsed(var, &default.to_string(), whole_number)
     }
 
     /// Go's strconv.ParseBool, which the Go CNI uses.
     fn boolean(&self, var: &'static str, default: bool) -> Result<bool, ConfigError> {
-        match self.raw(var) {
-            None => Ok(default),
-            Some(v) => match v.as_str() {
-                "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-                "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-                _ => Err(bad(var, &v, "expected true or false")),
-            },
-        }
+        self.parsed(var, if default { "true" } else { "false" }, |v| match v {
+            "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+            "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+            _ => Err("expected true or false".into()),
+        })
     }
 
-    fn bind(&self, var: &'static str, default: &str) -> Result<BindAddress, ConfigError> {
-        let v = self.string(var, default);
-        if let Some(path) = v.strip_prefix("unix:") {
-            if path.is_empty() {
-                return Err(bad(var, &v, "unix: needs a socket path"));
-            }
-            return Ok(BindAddress::Unix(PathBuf::from(path)));
-        }
-        v.parse()
-            .map(BindAddress::Tcp)
-            .map_err(|_| bad(var, &v, "expected host:port or unix:<path>"))
+    /// Whole seconds, at least one.
+    fn seconds(&self, var: &'static str, default: u32) -> Result<Duration, ConfigError> {
+        self.parsed(var, &default.to_string(), |v| match whole_number(v)? {
+            0 => Err("must be at least 1 second".into()),
+            n => Ok(Duration::from_secs(n.into())),
+        })
     }
+
+    fn absolute_path(&self, var: &'static str, default: &str) -> Result<PathBuf, ConfigError> {
+        self.parsed(var, default, |v| {
+            let path = PathBuf::from(v);
+            if path.is_absolute() {
+                Ok(path)
+            } else {
+                Err("must be an absolute path".into())
+            }
+        })
+    }
+}
+
+fn whole_number(v: &str) -> Result<u32, String> {
+    v.parse()
+        .map_err(|_| "expected a whole number of 0 or more".into())
+}
+
+fn mtu(v: &str) -> Result<u32, String> {
+    let n = v
+        .parse::<u64>()
+        .map_err(|_| SettingError::Mtu.to_string())?;
+    cni::settings::check_mtu(n).map_err(|e| e.to_string())
+}
+
+fn veth_prefix(v: &str) -> Result<String, String> {
+    cni::settings::check_veth_prefix(v).map_err(|e| e.to_string())?;
+    Ok(v.to_string())
+}
+
+/// `MAX_ENI`: values under 1 are ignored, as the Go CNI ignores them.
+fn max_eni(v: &str) -> Result<Option<u32>, String> {
+    match v.parse::<i64>() {
+        Ok(n) if n < 1 => Ok(None),
+        Ok(n) => u32::try_from(n).map(Some).map_err(|_| "too large".into()),
+        Err(_) => Err("expected a whole number".into()),
+    }
+}
+
+/// `MAX_PODS`: 0 means unset.
+fn max_pods(v: &str) -> Result<Option<u32>, String> {
+    whole_number(v).map(|n| (n > 0).then_some(n))
+}
+
+/// A comma-separated list of IPv4 CIDRs.
+fn cidrs(v: &str) -> Result<Vec<Ipv4Network>, String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<Ipv4Network>()
+                .map_err(|_| format!("{s:?} is not an IPv4 CIDR"))
+        })
+        .collect()
+}
+
+fn randomize(v: &str) -> Result<Randomize, String> {
+    match v {
+        // The empty value means the default in netops; here unset already means `prng`.
+        "prng" | "hashrandom" | "none" => v.parse().map_err(|e: SnatError| e.to_string()),
+        _ => Err("expected prng, hashrandom or none".into()),
+    }
+}
+
+/// Go's ParseInt(v, 0, ..): 0x hex, a leading 0 octal (0200 is 0x80), else decimal; not 0.
+fn connmark(v: &str) -> Result<u32, String> {
+    let parsed = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16).ok(),
+        None if v.len() > 1 && v.starts_with('0') => {
+            u32::from_str_radix(v.trim_start_matches(['0', 'o', 'O']), 8).ok()
+        }
+        None => v.parse().ok(),
+    };
+    parsed
+        .filter(|m| *m != 0)
+        .ok_or_else(|| "expected a non-zero mark: decimal, 0x-hex or 0-octal".into())
+}
+
+/// `IPAMD_ADD_WAIT` in milliseconds. The plugin waits 30 s for any answer; a longer wait would
+/// end in its timeout instead of a reason.
+fn add_wait(v: &str) -> Result<Duration, String> {
+    match whole_number(v)? {
+        ms if ms > MAX_ADD_WAIT_MS => Err(format!(
+            "must be at most {MAX_ADD_WAIT_MS} ms (the plugin waits 30 s)"
+        )),
+        ms => Ok(Duration::from_millis(ms.into())),
+    }
+}
+
+fn log_level(v: &str) -> Result<String, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "debug" => Ok("debug"),
+        "info" => Ok("info"),
+        "warn" | "warning" => Ok("warn"),
+        "error" | "fatal" => Ok("error"),
+        _ => Err("expected DEBUG, INFO, WARN, ERROR or FATAL"),
+    }
+    .map(str::to_string)
+    .map_err(str::to_string)
+}
+
+/// Any case, as the Go CNI lower-cases the value before comparing.
+fn log_target(v: &str) -> Result<LogTarget, String> {
+    Ok(match v {
+        s if s.eq_ignore_ascii_case("stdout") => LogTarget::Stdout,
+        s if s.eq_ignore_ascii_case("stderr") => LogTarget::Stderr,
+        path => LogTarget::File(PathBuf::from(path)),
+    })
+}
+
+fn bind(v: &str) -> Result<BindAddress, String> {
+    if let Some(path) = v.strip_prefix("unix:") {
+        if path.is_empty() {
+            return Err("unix: needs a socket path".into());
+        }
+        return Ok(BindAddress::Unix(PathBuf::from(path)));
+    }
+    v.parse()
+        .map(BindAddress::Tcp)
+        .map_err(|_| "expected host:port or unix:<path>".into())
+}
+
+/// Tags to set, as key and value.
+type Tags = Vec<(String, String)>;
+
+/// `ADDITIONAL_ENI_TAGS`: the tags to set, and the keys dropped because they are ipamd's own.
+fn eni_tags(v: &str) -> Result<(Tags, Vec<String>), String> {
+    let (kept, dropped): (Vec<_>, Vec<_>) = parse_tags(v)?
+        .into_iter()
+        .partition(|(k, _)| !k.contains(RESERVED_TAG_PART));
+    Ok((kept, dropped.into_iter().map(|(k, _)| k).collect()))
 }
 
 impl Config {
     /// Reads the configuration through `get` (the process environment in production).
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let env = Env { get };
-
-        let socket = PathBuf::from(env.string("IPAMD_SOCKET", ipam_proto::DEFAULT_SOCKET));
-        if !socket.is_absolute() {
-            return Err(bad(
-                "IPAMD_SOCKET",
-                &socket.display().to_string(),
-                "must be an absolute path",
-            ));
-        }
-        let state_dir = PathBuf::from(env.string("IPAMD_STATE_DIR", "/run/vpc-cni/state"));
-        if !state_dir.is_absolute() {
-            return Err(bad(
-                "IPAMD_STATE_DIR",
-                &state_dir.display().to_string(),
-                "must be an absolute path",
-            ));
-        }
-
-        let eni_mtu = env.uint("AWS_VPC_ENI_MTU", 9001)?;
-        if !(576..=9001).contains(&eni_mtu) {
-            return Err(bad(
-                "AWS_VPC_ENI_MTU",
-                &eni_mtu.to_string(),
-                "must be between 576 and 9001",
-            ));
-        }
-
-        let veth_prefix = env.string("AWS_VPC_K8S_CNI_VETHPREFIX", "eni");
-        if veth_prefix.len() > 4 || ["eth", "lo", "vlan"].contains(&veth_prefix.as_str()) {
-            return Err(bad(
-                "AWS_VPC_K8S_CNI_VETHPREFIX",
-                &veth_prefix,
-                "must be at most 4 characters and not eth, lo or vlan",
-            ));
-        }
-
-        let max_eni = match env.raw("MAX_ENI") {
-            None => None,
-            Some(v) => match v.parse::<i64>() {
-                // The Go CNI ignores values under 1.
-                Ok(n) if n < 1 => None,
-                Ok(n) => Some(u32::try_from(n).map_err(|_| bad("MAX_ENI", &v, "too large"))?),
-                Err(_) => {
-                    return Err(bad("MAX_ENI", &v, "expected a whole number"));
-                }
-            },
-        };
-
-        let exclude_snat_cidrs = match env.raw("AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS") {
-            None => Vec::new(),
-            Some(v) => v
-                .split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(|s| {
-                    s.parse::<Ipv4Network>().map_err(|_| {
-                        bad(
-                            "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS",
-                            &v,
-                            format!("{s:?} is not an IPv4 CIDR"),
-                        )
-                    })
-                })
-                .collect::<Result<_, _>>()?,
-        };
-
-        let randomize_snat = match env.string("AWS_VPC_K8S_CNI_RANDOMIZESNAT", "prng").as_str() {
-            "prng" => RandomizeSnat::Prng,
-            "hashrandom" => RandomizeSnat::HashRandom,
-            "none" => RandomizeSnat::None,
-            other => {
-                return Err(bad(
-                    "AWS_VPC_K8S_CNI_RANDOMIZESNAT",
-                    other,
-                    "expected prng, hashrandom or none",
-                ));
-            }
-        };
-        let connmark = match env.raw("AWS_VPC_K8S_CNI_CONNMARK") {
-            None => 0x80,
-            Some(v) => {
-                // Go's ParseInt(v, 0, ..): 0x hex, a leading 0 octal (0200 is 0x80), else decimal.
-                let parsed = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
-                    Some(hex) => u32::from_str_radix(hex, 16).ok(),
-                    None if v.len() > 1 && v.starts_with('0') => {
-                        u32::from_str_radix(v.trim_start_matches(['0', 'o', 'O']), 8).ok()
-                    }
-                    None => v.parse().ok(),
-                };
-                parsed.filter(|m| *m != 0).ok_or_else(|| {
-                    bad(
-                        "AWS_VPC_K8S_CNI_CONNMARK",
-                        &v,
-                        "expected a non-zero mark: decimal, 0x-hex or 0-octal",
-                    )
-                })?
-            }
-        };
-        let reconcile_secs = env.uint("IPAMD_RECONCILE_INTERVAL", 60)?;
-        if reconcile_secs == 0 {
-            return Err(bad(
-                "IPAMD_RECONCILE_INTERVAL",
-                "0",
-                "must be at least 1 second",
-            ));
-        }
-        let leak_secs = env.uint("IPAMD_LEAKED_ENI_CLEANUP_INTERVAL", 3600)?;
-        if leak_secs == 0 {
-            return Err(bad(
-                "IPAMD_LEAKED_ENI_CLEANUP_INTERVAL",
-                "0",
-                "must be at least 1 second",
-            ));
-        }
-
-        let additional_eni_tags = match env.raw("ADDITIONAL_ENI_TAGS") {
-            None => Vec::new(),
-            Some(v) => parse_tags(&v).map_err(|problem| bad("ADDITIONAL_ENI_TAGS", &v, problem))?,
-        };
-
-        let level = env.string("AWS_VPC_K8S_CNI_LOGLEVEL", "DEBUG");
-        let log_level = match level.to_ascii_lowercase().as_str() {
-            "debug" => "debug",
-            "info" => "info",
-            "warn" | "warning" => "warn",
-            "error" | "fatal" => "error",
-            _ => {
-                return Err(bad(
-                    "AWS_VPC_K8S_CNI_LOGLEVEL",
-                    &level,
-                    "expected DEBUG, INFO, WARN, ERROR or FATAL",
-                ));
-            }
-        }
-        .to_string();
-        let log_target = match env
-            .string(
-                "AWS_VPC_K8S_CNI_LOG_FILE",
-                "/var/log/aws-routed-eni/ipamd.log",
-            )
-            .as_str()
-        {
-            // Any case, as the Go CNI lower-cases the value before comparing.
-            s if s.eq_ignore_ascii_case("stdout") => LogTarget::Stdout,
-            s if s.eq_ignore_ascii_case("stderr") => LogTarget::Stderr,
-            path => LogTarget::File(PathBuf::from(path)),
-        };
-        let go_cni_checkpoint = PathBuf::from(env.string(
-            "AWS_VPC_K8S_CNI_BACKING_STORE",
-            "/var/run/aws-node/ipam.json",
-        ));
-
+        let (additional_eni_tags, dropped_eni_tags) =
+            env.parsed("ADDITIONAL_ENI_TAGS", "{}", eni_tags)?;
         Ok(Config {
-            socket,
-            state_dir,
+            socket: env.absolute_path("IPAMD_SOCKET", ipam_proto::DEFAULT_SOCKET)?,
+            state_dir: env.absolute_path("IPAMD_STATE_DIR", "/run/vpc-cni/state")?,
             ip_cooldown: Duration::from_secs(env.uint("IP_COOLDOWN_PERIOD", 30)?.into()),
             warm_eni_target: env.uint("WARM_ENI_TARGET", 1)?,
             warm_ip_target: env.uint("WARM_IP_TARGET", 0)?,
             minimum_ip_target: env.uint("MINIMUM_IP_TARGET", 0)?,
             warm_prefix_target: env.uint("WARM_PREFIX_TARGET", 0)?,
-            max_eni,
+            max_eni: env.optional("MAX_ENI", max_eni)?,
+            max_pods: env.parsed("MAX_PODS", "0", max_pods)?,
             prefix_delegation: env.boolean("ENABLE_PREFIX_DELEGATION", false)?,
-            eni_mtu,
-            veth_prefix,
+            eni_mtu: env.parsed("AWS_VPC_ENI_MTU", &DEFAULT_MTU.to_string(), mtu)?,
+            veth_prefix: env.parsed(
+                "AWS_VPC_K8S_CNI_VETHPREFIX",
+                DEFAULT_VETH_PREFIX,
+                veth_prefix,
+            )?,
             external_snat: env.boolean("AWS_VPC_K8S_CNI_EXTERNALSNAT", false)?,
-            exclude_snat_cidrs,
-            randomize_snat,
+            exclude_snat_cidrs: env.parsed("AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS", "", cidrs)?,
+            randomize_snat: env.parsed("AWS_VPC_K8S_CNI_RANDOMIZESNAT", "prng", randomize)?,
             node_port_support: env.boolean("AWS_VPC_CNI_NODE_PORT_SUPPORT", true)?,
-            connmark,
-            reconcile_interval: Duration::from_secs(reconcile_secs.into()),
-            add_wait: {
-                let ms = env.uint("IPAMD_ADD_WAIT", 5000)?;
-                // The plugin waits 30 s for any answer; a longer wait would end in its timeout
-                // instead of a reason.
-                if ms > MAX_ADD_WAIT_MS {
-                    return Err(bad(
-                        "IPAMD_ADD_WAIT",
-                        &ms.to_string(),
-                        format!("must be at most {MAX_ADD_WAIT_MS} ms (the plugin waits 30 s)"),
-                    ));
-                }
-                Duration::from_millis(ms.into())
-            },
-            max_pods: match env.uint("MAX_PODS", 0)? {
-                0 => None,
-                n => Some(n),
-            },
-            leaked_eni_cleanup_interval: Duration::from_secs(leak_secs.into()),
+            connmark: env.parsed(
+                "AWS_VPC_K8S_CNI_CONNMARK",
+                &DEFAULT_CONNMARK.to_string(),
+                connmark,
+            )?,
+            reconcile_interval: env.seconds("IPAMD_RECONCILE_INTERVAL", 60)?,
+            add_wait: env.parsed("IPAMD_ADD_WAIT", "5000", add_wait)?,
+            leaked_eni_cleanup_interval: env.seconds("IPAMD_LEAKED_ENI_CLEANUP_INTERVAL", 3600)?,
             cluster_name: env.raw("CLUSTER_NAME"),
-            additional_eni_tags: additional_eni_tags
-                .iter()
-                .filter(|(k, _)| !k.contains(RESERVED_TAG_PART))
-                .cloned()
-                .collect(),
-            dropped_eni_tags: additional_eni_tags
-                .into_iter()
-                .filter(|(k, _)| k.contains(RESERVED_TAG_PART))
-                .map(|(k, _)| k)
-                .collect(),
+            additional_eni_tags,
+            dropped_eni_tags,
             ec2_endpoint: env.raw("AWS_EC2_ENDPOINT"),
+            // Values under 10 are raised to 10, as the Go CNI does.
             http_timeout: Duration::from_secs(env.uint("HTTP_TIMEOUT", 10)?.max(10).into()),
-            introspection_bind: env.bind("INTROSPECTION_BIND_ADDRESS", "127.0.0.1:61679")?,
+            introspection_bind: env.parsed(
+                "INTROSPECTION_BIND_ADDRESS",
+                "127.0.0.1:61679",
+                bind,
+            )?,
             disable_introspection: env.boolean("DISABLE_INTROSPECTION", false)?,
-            metrics_bind: env.bind("METRICS_BIND_ADDRESS", "0.0.0.0:61678")?,
+            metrics_bind: env.parsed("METRICS_BIND_ADDRESS", "0.0.0.0:61678", bind)?,
             disable_metrics: env.boolean("DISABLE_METRICS", false)?,
             disable_leaked_eni_cleanup: env.boolean("DISABLE_LEAKED_ENI_CLEANUP", false)?,
-            log_level,
-            log_target,
-            go_cni_checkpoint,
+            log_level: env.parsed("AWS_VPC_K8S_CNI_LOGLEVEL", "DEBUG", log_level)?,
+            log_target: env.parsed(
+                "AWS_VPC_K8S_CNI_LOG_FILE",
+                "/var/log/aws-routed-eni/ipamd.log",
+                log_target,
+            )?,
+            go_cni_checkpoint: PathBuf::from(
+                env.raw("AWS_VPC_K8S_CNI_BACKING_STORE")
+                    .unwrap_or_else(|| "/var/run/aws-node/ipam.json".into()),
+            ),
         })
     }
 }
@@ -453,7 +422,7 @@ const MAX_ADD_WAIT_MS: u32 = 25_000;
 /// Tag keys containing this are ipamd's own (instance id, creation time).
 const RESERVED_TAG_PART: &str = "k8s.amazonaws.com";
 
-fn parse_tags(v: &str) -> Result<Vec<(String, String)>, String> {
+fn parse_tags(v: &str) -> Result<Tags, String> {
     let map: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(v).map_err(|e| format!("expected a JSON object of strings: {e}"))?;
     let mut tags = Vec::new();
@@ -493,7 +462,7 @@ mod tests {
         assert_eq!((c.eni_mtu, c.veth_prefix.as_str()), (9001, "eni"));
         assert_eq!(
             (c.randomize_snat, c.connmark, c.node_port_support),
-            (RandomizeSnat::Prng, 0x80, true)
+            (Randomize::Prng, 0x80, true)
         );
         assert_eq!(c.reconcile_interval, Duration::from_secs(60));
         assert_eq!(
@@ -537,7 +506,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             (c.randomize_snat, c.connmark),
-            (RandomizeSnat::HashRandom, 0x4000)
+            (Randomize::HashRandom, 0x4000)
         );
         assert_eq!(c.reconcile_interval, Duration::from_secs(2));
         assert_eq!(c.ip_cooldown, Duration::from_secs(5));
@@ -621,6 +590,7 @@ mod tests {
             ("AWS_VPC_ENI_MTU", "100"),
             ("AWS_VPC_K8S_CNI_VETHPREFIX", "toolong"),
             ("AWS_VPC_K8S_CNI_VETHPREFIX", "eth"),
+            ("AWS_VPC_K8S_CNI_VETHPREFIX", "a/b"),
             ("AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS", "10.0.0.0/8,nope"),
             ("ADDITIONAL_ENI_TAGS", "{\"a\":1}"),
             ("ADDITIONAL_ENI_TAGS", "[]"),

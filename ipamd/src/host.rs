@@ -5,35 +5,20 @@
 use std::future::Future;
 use std::net::Ipv4Addr;
 
-use ipnetwork::Ipv4Network;
 use netops::EniSpec;
+use netops::snat::NodeNetConfig;
 use thiserror::Error;
-
-use crate::config::RandomizeSnat;
 
 /// Node-wide settings: the primary ENI's link and the SNAT and connmark rules.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeNet {
     /// The primary ENI's MAC (its link is found by it).
     pub primary_mac: String,
-    /// The node's primary address.
-    pub primary_ip: Ipv4Addr,
     /// `AWS_VPC_ENI_MTU`, applied to the primary ENI's link.
     pub mtu: u32,
-    /// The VPC's CIDRs (traffic to them is not SNATed).
-    pub vpc_cidrs: Vec<Ipv4Network>,
-    /// `AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS`.
-    pub exclude_snat_cidrs: Vec<Ipv4Network>,
-    /// `AWS_VPC_K8S_CNI_EXTERNALSNAT`.
-    pub external_snat: bool,
-    /// `AWS_VPC_K8S_CNI_RANDOMIZESNAT`.
-    pub randomize: RandomizeSnat,
-    /// Host veth prefix (matches pod traffic in the connmark rules).
-    pub veth_prefix: String,
-    /// `AWS_VPC_K8S_CNI_CONNMARK`.
-    pub connmark: u32,
-    /// `AWS_VPC_CNI_NODE_PORT_SUPPORT`.
-    pub node_port_support: bool,
+    /// The SNAT, connmark and fwmark settings. Their `primary_if` is left empty here and set
+    /// to the name of the link found by `primary_mac` when the rules are applied.
+    pub snat: NodeNetConfig,
 }
 
 /// A host network operation that failed.

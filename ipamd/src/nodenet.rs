@@ -1,11 +1,10 @@
 //! Node-wide network setup on the real node: the primary ENI's link MTU, then SNAT, connmark,
 //! the prio-1024 fwmark rule and rp_filter (netops::snat), all idempotent.
 
-use netops::snat::{self, NodeNetConfig, Randomize, SystemRunner};
+use netops::snat::{self, NodeNetConfig, SystemRunner};
 use netops::{Netlink, parse_mac};
 use tracing::info;
 
-use crate::config::RandomizeSnat;
 use crate::host::{HostError, NodeNet};
 
 /// Sets up the node's network. Returns what changed (empty when all was in place).
@@ -27,18 +26,7 @@ pub fn setup(net: &NodeNet) -> Result<Vec<String>, HostError> {
     info!(?backend, primary_if = %link.name, "iptables backend");
     let cfg = NodeNetConfig {
         primary_if: link.name,
-        primary_ip: net.primary_ip,
-        vpc_cidrs: net.vpc_cidrs.clone(),
-        exclude_snat_cidrs: net.exclude_snat_cidrs.clone(),
-        external_snat: net.external_snat,
-        randomize: match net.randomize {
-            RandomizeSnat::Prng => Randomize::Prng,
-            RandomizeSnat::HashRandom => Randomize::HashRandom,
-            RandomizeSnat::None => Randomize::None,
-        },
-        veth_prefix: net.veth_prefix.clone(),
-        connmark: net.connmark,
-        node_port_support: net.node_port_support,
+        ..net.snat.clone()
     };
     let report = snat::setup_node_networking(&runner, &nl, backend, &cfg)?;
     changes.extend(report.changes());

@@ -10,7 +10,9 @@ use introspect::{IpamdEnv, Metrics, NetworkUtilsEnv, PoolView, Source};
 use pool::StateStore;
 
 use crate::Daemon;
-use crate::config::{Config, RandomizeSnat};
+use netops::snat::Randomize;
+
+use crate::config::Config;
 use crate::host::HostNetwork;
 
 /// `/v1/networkutils-env-settings`.
@@ -30,9 +32,9 @@ pub fn network_env(config: &Config) -> NetworkUtilsEnv {
         node_port_support: config.node_port_support,
         // The Go CNI's numbering.
         randomize_snat: match config.randomize_snat {
-            RandomizeSnat::None => 0,
-            RandomizeSnat::HashRandom => 1,
-            RandomizeSnat::Prng => 2,
+            Randomize::None => 0,
+            Randomize::HashRandom => 1,
+            Randomize::Prng => 2,
         },
     }
 }

@@ -8,24 +8,14 @@ use crate::env::Command;
 use crate::error::CniError;
 use crate::json::{Object, as_object, describe, field, opt_array, opt_str};
 use crate::result::CniResult;
-use crate::validate::{ifname_problem, validate_network_name};
+use crate::settings::{
+    DEFAULT_MTU, DEFAULT_VETH_PREFIX, SettingError, check_mtu, check_veth_prefix,
+};
+use crate::validate::validate_network_name;
 use crate::version::{CniVersion, incompatible};
 
 /// Default `ipamdSocket`.
 pub const DEFAULT_IPAMD_SOCKET: &str = "/run/vpc-cni/ipamd.sock";
-/// Default `mtu` (jumbo frames, as the Go plugin).
-pub const DEFAULT_MTU: u32 = 9001;
-/// Smallest accepted `mtu` (the IPv4 minimum datagram a host must accept).
-pub const MIN_MTU: u32 = 576;
-/// Largest accepted `mtu` (the EC2 jumbo-frame maximum).
-pub const MAX_MTU: u32 = 9001;
-/// Default `vethPrefix`.
-pub const DEFAULT_VETH_PREFIX: &str = "eni";
-/// Longest `vethPrefix`: it is followed by 11 hex chars within the 15-byte interface name.
-pub const MAX_VETH_PREFIX_LEN: usize = 4;
-/// Prefixes that would collide with interfaces the node already has (as the Go CNI refuses).
-pub const RESERVED_VETH_PREFIXES: &[&str] = &["eth", "lo", "vlan"];
-
 /// GC's valid-attachment key on libcni main (and sent by libcni).
 pub const VALID_ATTACHMENTS_KEY: &str = "cni.dev/valid-attachments";
 /// The same list under the name the 1.1.0 spec tag used; libcni sends both.
@@ -189,36 +179,23 @@ fn mtu(obj: &Object) -> Result<u32, CniError> {
         Value::String(s) => s.parse::<u64>().ok(),
         _ => None,
     };
-    match parsed.and_then(|n| u32::try_from(n).ok()) {
-        Some(n) if (MIN_MTU..=MAX_MTU).contains(&n) => Ok(n),
-        _ => Err(CniError::invalid_config(format!(
-            "invalid mtu {}: must be an integer from {MIN_MTU} to {MAX_MTU} (number or string)",
-            describe(v)
-        ))),
-    }
+    parsed
+        .ok_or(SettingError::Mtu)
+        .and_then(check_mtu)
+        .map_err(|e| {
+            CniError::invalid_config(format!(
+                "invalid mtu {}: {e} (number or string)",
+                describe(v)
+            ))
+        })
 }
 
 fn veth_prefix(obj: &Object) -> Result<String, CniError> {
     let Some(prefix) = opt_str(obj, "vethPrefix", "").map_err(CniError::invalid_config)? else {
         return Ok(DEFAULT_VETH_PREFIX.to_owned());
     };
-    let bad = |why: String| {
-        Err(CniError::invalid_config(format!(
-            "invalid vethPrefix {prefix:?}: {why}"
-        )))
-    };
-    if prefix.is_empty() || prefix.len() > MAX_VETH_PREFIX_LEN {
-        return bad(format!(
-            "must be 1 to {MAX_VETH_PREFIX_LEN} characters long, got {}",
-            prefix.len()
-        ));
-    }
-    if RESERVED_VETH_PREFIXES.contains(&prefix) {
-        return bad(format!("{RESERVED_VETH_PREFIXES:?} are reserved"));
-    }
-    if let Some(problem) = ifname_problem(prefix) {
-        return bad(format!("as part of an interface name it {problem}"));
-    }
+    check_veth_prefix(prefix)
+        .map_err(|e| CniError::invalid_config(format!("invalid vethPrefix {prefix:?}: {e}")))?;
     Ok(prefix.to_owned())
 }
 

@@ -17,17 +17,20 @@ mod error;
 pub mod fuzzing;
 mod json;
 mod result;
+pub mod settings;
 mod validate;
 mod version;
 
 pub use args::{K8sArgs, parse_cni_args};
 pub use conf::{
-    Attachment, DEFAULT_IPAMD_SOCKET, DEFAULT_MTU, DEFAULT_VETH_PREFIX, LEGACY_ATTACHMENTS_KEY,
-    MAX_MTU, MAX_VETH_PREFIX_LEN, MIN_MTU, NetConf, RESERVED_VETH_PREFIXES, VALID_ATTACHMENTS_KEY,
+    Attachment, DEFAULT_IPAMD_SOCKET, LEGACY_ATTACHMENTS_KEY, NetConf, VALID_ATTACHMENTS_KEY,
 };
 pub use env::{Command, Invocation, about_message, about_requested};
 pub use error::CniError;
 pub use result::{CniResult, Dns, Interface, IpConfig, Route};
+pub use settings::{
+    DEFAULT_MTU, DEFAULT_VETH_PREFIX, MAX_MTU, MAX_VETH_PREFIX_LEN, MIN_MTU, RESERVED_VETH_PREFIXES,
+};
 pub use validate::{
     MAX_IFNAME_LEN, is_cni_identifier, validate_container_id, validate_ifname,
     validate_network_name,

@@ -208,7 +208,7 @@ mod tests {
             ip: "10.0.0.9".parse().unwrap(),
             eni_id: "eni-1".into(),
             device_number: 0,
-            route_table: MAIN_TABLE,
+            route_table: 254,
         }
     }
 

@@ -3,9 +3,6 @@ use std::net::Ipv4Addr;
 
 use serde::{Deserialize, Serialize};
 
-/// The main routing table: an address on the primary ENI needs no per-ENI table.
-pub const MAIN_TABLE: u32 = 254;
-
 /// What identifies one attachment of a container to a network, as libcni keys its cache
 /// (and as the Go CNI keys its datastore): the same key twice is the same attachment.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -124,8 +121,8 @@ pub struct Allocation {
     pub eni_id: String,
     /// The ENI's device number (0 = primary ENI).
     pub device_number: u32,
-    /// Routing table for traffic from the pod: [`MAIN_TABLE`] on the primary ENI, else
-    /// device number + 1.
+    /// Routing table for traffic from the pod: 254 (main) on the primary ENI, else device
+    /// number + 1 (`pool::route_table` decides; this crate depends on no other).
     pub route_table: u32,
 }
 

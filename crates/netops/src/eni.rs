@@ -37,9 +37,7 @@ pub struct EniSpec {
 }
 
 /// The route table of the ENI at `device_number` (the Go CNI's numbering for network card 0).
-pub fn eni_table(device_number: u32) -> u32 {
-    device_number + 1
-}
+pub use pool::route_table as eni_table;
 
 /// The VPC router of a subnet: its network address + 1.
 pub fn subnet_gateway(subnet: Ipv4Network) -> Ipv4Addr {

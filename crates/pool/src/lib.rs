@@ -17,7 +17,7 @@ pub use datastore::{Allocated, Counts, Pool, Released, Removal, RestoreIssue};
 pub use error::{AssignError, PoolError};
 pub use model::{
     ADDRS_PER_PREFIX, AddrSlot, AttachmentKey, EniInfo, MAIN_TABLE, PREFIX_LEN, PodInfo, SlotState,
-    is_delegable_prefix,
+    is_delegable_prefix, route_table,
 };
 pub use persist::{MemoryStore, Mutation, PersistedAddr, PersistedState, StateStore};
 pub use plan::{

@@ -6,8 +6,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::time::Timestamp;
 
-/// The main routing table (used for addresses on the primary ENI).
+/// The kernel's main routing table: where traffic from pods on the primary ENI is routed. This
+/// is the workspace's one definition; netops's datapath uses it too.
 pub const MAIN_TABLE: u32 = 254;
+
+/// The routing table for traffic from pods on the ENI at `device_number`: main for the primary
+/// ENI, device number + 1 otherwise (the Go CNI's numbering for network card 0).
+pub fn route_table(device_number: u32) -> u32 {
+    if device_number == 0 {
+        MAIN_TABLE
+    } else {
+        device_number + 1
+    }
+}
 
 /// Prefix length of a delegated IPv4 prefix.
 pub const PREFIX_LEN: u8 = 28;
@@ -82,11 +93,7 @@ impl EniInfo {
     /// Routing table for traffic from pods on this ENI: main for the primary ENI, device + 1
     /// otherwise (the Go CNI's numbering for network card 0).
     pub fn route_table(&self) -> u32 {
-        if self.is_primary() {
-            MAIN_TABLE
-        } else {
-            self.device_number + 1
-        }
+        route_table(self.device_number)
     }
 }
 

@@ -213,15 +213,18 @@ fn max_pods(config: &Config, instance: &InstanceLimits, targets: &Targets) -> u3
 pub fn node_net(config: &Config, identity: &NodeIdentity) -> NodeNet {
     NodeNet {
         primary_mac: identity.primary_eni.mac.clone(),
-        primary_ip: identity.primary_ip,
         mtu: config.eni_mtu,
-        vpc_cidrs: identity.vpc_cidrs.clone(),
-        exclude_snat_cidrs: config.exclude_snat_cidrs.clone(),
-        external_snat: config.external_snat,
-        randomize: config.randomize_snat,
-        veth_prefix: config.veth_prefix.clone(),
-        connmark: config.connmark,
-        node_port_support: config.node_port_support,
+        snat: netops::snat::NodeNetConfig {
+            primary_if: String::new(),
+            primary_ip: identity.primary_ip,
+            vpc_cidrs: identity.vpc_cidrs.clone(),
+            exclude_snat_cidrs: config.exclude_snat_cidrs.clone(),
+            external_snat: config.external_snat,
+            randomize: config.randomize_snat,
+            veth_prefix: config.veth_prefix.clone(),
+            connmark: config.connmark,
+            node_port_support: config.node_port_support,
+        },
     }
 }
 

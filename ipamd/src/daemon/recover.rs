@@ -44,7 +44,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// logs each route whose address is not on this node's ENIs at all. Unreadable routes are
     /// logged and skipped: the pool is left as stored.
     pub(super) async fn adopt_routed_pods(&self) -> Result<(), PersistError> {
-        let routes = match self.host.pod_routes(&self.node.net.veth_prefix).await {
+        let routes = match self.host.pod_routes(&self.node.net.snat.veth_prefix).await {
             Ok(routes) => routes,
             Err(e) => {
                 error!(error = %e, "could not read the node's pod routes: addresses of pods stored state lost cannot be recovered");

@@ -139,7 +139,7 @@ impl RecordingHost {
 
 impl HostNetwork for RecordingHost {
     async fn setup_node(&self, net: &NodeNet) -> Result<Vec<String>, HostError> {
-        self.record(format!("node {} mtu {}", net.primary_ip, net.mtu));
+        self.record(format!("node {} mtu {}", net.snat.primary_ip, net.mtu));
         Ok(vec![])
     }
 

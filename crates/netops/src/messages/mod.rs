@@ -16,8 +16,8 @@ use netlink_packet_core::{
 };
 use netlink_packet_route::RouteNetlinkMessage;
 
-/// The main routing table.
-pub const RT_TABLE_MAIN: u32 = 254;
+/// The main routing table, under the kernel's name.
+pub use pool::MAIN_TABLE as RT_TABLE_MAIN;
 
 /// Flags of a request that changes something and wants an acknowledgement.
 pub const FLAGS_ACK: u16 = NLM_F_REQUEST | NLM_F_ACK;

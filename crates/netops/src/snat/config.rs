@@ -11,8 +11,8 @@ use super::error::{Result, SnatError};
 /// Default connection mark (`AWS_VPC_K8S_CNI_CONNMARK`): kube-proxy uses 0x4000/0x8000 and
 /// Calico the upper 16 bits, so 0x80 stays clear of both.
 pub const DEFAULT_CONNMARK: u32 = 0x80;
-/// Default host veth prefix (`AWS_VPC_K8S_CNI_VETHPREFIX`).
-pub const DEFAULT_VETH_PREFIX: &str = "eni";
+/// Default host veth prefix (`AWS_VPC_K8S_CNI_VETHPREFIX`): the plugin's, whose rule it is.
+pub use cni::settings::DEFAULT_VETH_PREFIX;
 
 /// Port randomisation of the SNAT rule (`AWS_VPC_K8S_CNI_RANDOMIZESNAT`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
