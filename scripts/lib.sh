@@ -99,3 +99,33 @@ ensure_cnitool() {
   mv "$build/cnitool" "$CNITOOL"
   rm -rf "$build"
 }
+
+# cargo-machete (unused dependencies of each crate), pinned, installed from crates.io into
+# cargo's own bin directory the first time.
+MACHETE_VERSION=0.9.2
+ensure_cargo_machete() {
+  if cargo machete --version 2>/dev/null | grep -qx "$MACHETE_VERSION"; then
+    return 0
+  fi
+  say "installing cargo-machete $MACHETE_VERSION"
+  cargo install --quiet --locked --version "$MACHETE_VERSION" cargo-machete >&2 \
+    || die "could not install cargo-machete"
+}
+
+# Fails naming every [workspace.dependencies] entry that no member's manifest uses: cargo-machete
+# looks at each crate's own list, not at the workspace's pins.
+check_workspace_deps() {
+  python3 - "$REPO" <<'PY'
+import pathlib, sys, tomllib
+repo = pathlib.Path(sys.argv[1])
+root = tomllib.loads((repo / "Cargo.toml").read_text())
+used = set()
+for member in root["workspace"]["members"]:
+    manifest = tomllib.loads((repo / member / "Cargo.toml").read_text())
+    for section in ("dependencies", "dev-dependencies", "build-dependencies"):
+        used.update(manifest.get(section, {}))
+unused = sorted(set(root["workspace"]["dependencies"]) - used)
+if unused:
+    sys.exit("pinned in [workspace.dependencies] but used by no member: " + ", ".join(unused))
+PY
+}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole suite: installs what it needs, then runs every tier.
-#   1. formatting and lints (cargo fmt, clippy -D warnings, shellcheck)
+#   1. formatting and lints (cargo fmt, clippy -D warnings, shellcheck), and no unused dependency
+#      (cargo-machete per crate, and every workspace pin used by some crate)
 #   2. unit, property and daemon tests (no privileges), and a bounded coverage-guided fuzzing run
 #      of the input parsers (cargo fuzz; needs a nightly toolchain, SKIPPED without one)
 #   3. the AWS client against moto, an EC2 we did not write
@@ -40,6 +41,12 @@ else
   passed "fmt, clippy -D warnings"
   skipped "shellcheck (not installed; installed automatically when run as root)"
 fi
+
+step "unused dependencies"
+ensure_cargo_machete
+cargo machete
+check_workspace_deps
+passed "no unused dependency (cargo-machete $MACHETE_VERSION; every workspace pin used)"
 
 step "building"
 cargo build --workspace --quiet

@@ -2,11 +2,12 @@
 //!
 //! ipamd is generic over [`Ec2`] and [`Imds`]; production passes the `aws` implementation (real
 //! aws-sdk-ec2 and aws-config IMDS clients, which also drive vpc-sim), tests pass the fakes in
-//! [`fake`].
+//! `fake` (behind the `fake` feature, so they never reach a production binary).
 
 #[cfg(feature = "aws")]
 pub mod aws;
 mod error;
+#[cfg(any(test, feature = "fake"))]
 pub mod fake;
 mod identity;
 pub mod limits;

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::{Json, Router};
 use serde::Serialize;
 
 use crate::env::{IpamdEnv, NetworkUtilsEnv};
@@ -135,11 +135,5 @@ async fn with_view(state: &AppState, render: impl FnOnce(&PoolView) -> Response)
 }
 
 fn json_response<T: Serialize + ?Sized>(status: StatusCode, body: &T) -> Response {
-    match serde_json::to_vec(body) {
-        Ok(bytes) => (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
-        Err(e) => {
-            tracing::error!(error = %e, "encoding an introspection response failed");
-            StatusCode::INTERNAL_SERVER_ERROR.into_response()
-        }
-    }
+    (status, Json(body)).into_response()
 }
