@@ -193,6 +193,16 @@ fn not_found(api: &str, id: &str) -> CloudError {
     )
 }
 
+impl Ec2State {
+    fn eni(&self, api: &str, id: &str) -> Result<&NetworkInterface, CloudError> {
+        self.enis.get(id).ok_or_else(|| not_found(api, id))
+    }
+
+    fn eni_mut(&mut self, api: &str, id: &str) -> Result<&mut NetworkInterface, CloudError> {
+        self.enis.get_mut(id).ok_or_else(|| not_found(api, id))
+    }
+}
+
 impl FakeEc2 {
     /// CreateNetworkInterface's effect: a new ENI with addresses from its subnet.
     fn create_eni(s: &mut Ec2State, request: &CreateEni) -> Result<NetworkInterface, CloudError> {
@@ -287,11 +297,7 @@ impl Ec2 for FakeEc2 {
     ) -> Result<Vec<Ipv4Addr>, CloudError> {
         let api = "AssignPrivateIpAddresses";
         let mut s = self.begin(api, format!("{eni_id},{count}"))?;
-        let eni = s
-            .enis
-            .get(eni_id)
-            .cloned()
-            .ok_or_else(|| not_found(api, eni_id))?;
+        let eni = s.eni(api, eni_id)?.clone();
         let per_eni = s.ipv4_per_eni;
         if per_eni > 0 && eni.secondary_ips.len() as u32 + 1 + count > per_eni {
             return Err(CloudError::from_code(
@@ -321,10 +327,7 @@ impl Ec2 for FakeEc2 {
     async fn unassign_private_ips(&self, eni_id: &str, ips: &[Ipv4Addr]) -> Result<(), CloudError> {
         let api = "UnassignPrivateIpAddresses";
         let mut s = self.begin(api, eni_id.to_string())?;
-        let eni = s
-            .enis
-            .get_mut(eni_id)
-            .ok_or_else(|| not_found(api, eni_id))?;
+        let eni = s.eni_mut(api, eni_id)?;
         if let Some(ip) = ips.iter().find(|ip| !eni.secondary_ips.contains(ip)) {
             return Err(CloudError::new(
                 api,
@@ -439,10 +442,7 @@ impl Ec2 for FakeEc2 {
                 ),
             ));
         }
-        let eni = s
-            .enis
-            .get_mut(eni_id)
-            .ok_or_else(|| not_found(api, eni_id))?;
+        let eni = s.eni_mut(api, eni_id)?;
         if eni.attachment.is_some() {
             return Err(CloudError::from_code(
                 api,
@@ -469,10 +469,7 @@ impl Ec2 for FakeEc2 {
     ) -> Result<(), CloudError> {
         let api = "ModifyNetworkInterfaceAttribute";
         let mut s = self.begin(api, format!("{eni_id},{attachment_id}"))?;
-        let eni = s
-            .enis
-            .get_mut(eni_id)
-            .ok_or_else(|| not_found(api, eni_id))?;
+        let eni = s.eni_mut(api, eni_id)?;
         match eni.attachment.as_mut().filter(|a| a.id == attachment_id) {
             Some(a) => {
                 a.delete_on_termination = true;
@@ -508,7 +505,7 @@ impl Ec2 for FakeEc2 {
     async fn delete_network_interface(&self, eni_id: &str) -> Result<(), CloudError> {
         let api = "DeleteNetworkInterface";
         let mut s = self.begin(api, eni_id.to_string())?;
-        let eni = s.enis.get(eni_id).ok_or_else(|| not_found(api, eni_id))?;
+        let eni = s.eni(api, eni_id)?;
         if eni.attachment.is_some() {
             return Err(CloudError::from_code(
                 api,
@@ -536,11 +533,7 @@ impl Ec2 for FakeEc2 {
     ) -> Result<Vec<Ipv4Network>, CloudError> {
         let api = "AssignPrivateIpAddresses";
         let mut s = self.begin(api, format!("{eni_id},prefixes={count}"))?;
-        let eni = s
-            .enis
-            .get(eni_id)
-            .cloned()
-            .ok_or_else(|| not_found(api, eni_id))?;
+        let eni = s.eni(api, eni_id)?.clone();
         let per_eni = s.ipv4_per_eni;
         let slots = eni.secondary_ips.len() + eni.prefixes.len() + 1;
         if per_eni > 0 && slots as u32 + count > per_eni {
@@ -574,10 +567,7 @@ impl Ec2 for FakeEc2 {
     ) -> Result<(), CloudError> {
         let api = "UnassignPrivateIpAddresses";
         let mut s = self.begin(api, format!("{eni_id},prefixes"))?;
-        let eni = s
-            .enis
-            .get_mut(eni_id)
-            .ok_or_else(|| not_found(api, eni_id))?;
+        let eni = s.eni_mut(api, eni_id)?;
         if let Some(p) = prefixes.iter().find(|p| !eni.prefixes.contains(p)) {
             return Err(CloudError::new(
                 api,
