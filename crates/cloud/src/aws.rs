@@ -549,3 +549,60 @@ impl Ec2 for AwsEc2 {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_ec2::types::{NetworkInterface as SdkEni, NetworkInterfaceAttachment};
+
+    use super::*;
+
+    fn complete() -> aws_sdk_ec2::types::builders::NetworkInterfaceBuilder {
+        SdkEni::builder()
+            .network_interface_id("eni-1")
+            .mac_address("02:AA:00:00:00:01")
+            .subnet_id("subnet-1")
+            .vpc_id("vpc-1")
+            .status(aws_sdk_ec2::types::NetworkInterfaceStatus::InUse)
+            .private_ip_address("10.0.0.5")
+    }
+
+    #[test]
+    fn a_complete_answer_converts() {
+        let eni = to_network_interface("DescribeNetworkInterfaces", &complete().build()).unwrap();
+        assert_eq!(
+            (eni.id.as_str(), eni.mac.as_str(), eni.status.as_str()),
+            ("eni-1", "02:aa:00:00:00:01", "in-use")
+        );
+        assert_eq!(eni.description, "", "EC2 leaves an empty description out");
+    }
+
+    #[test]
+    fn a_missing_field_is_an_error_naming_it_and_the_call() {
+        let api = "DescribeNetworkInterfaces";
+        let no_id = complete().set_network_interface_id(None).build();
+        let e = to_network_interface(api, &no_id).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "DescribeNetworkInterfaces: EC2's answer lacks NetworkInterfaceId"
+        );
+        let no_mac = complete().set_mac_address(None).build();
+        let e = to_network_interface(api, &no_mac).unwrap_err();
+        assert!(e.to_string().ends_with("lacks MacAddress of eni-1"), "{e}");
+        let no_subnet = complete().subnet_id("").build();
+        let e = to_network_interface(api, &no_subnet).unwrap_err();
+        assert!(e.to_string().ends_with("lacks SubnetId of eni-1"), "{e}");
+        let no_device = complete()
+            .attachment(
+                NetworkInterfaceAttachment::builder()
+                    .attachment_id("eni-attach-1")
+                    .build(),
+            )
+            .build();
+        let e = to_network_interface(api, &no_device).unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with("lacks Attachment.DeviceIndex of eni-1"),
+            "{e}"
+        );
+    }
+}
