@@ -391,7 +391,13 @@ async fn serve(
             _ = sigint.recv() => info!("Received SIGINT, shutting down"),
         }
     };
-    server::serve(listener, Arc::clone(&daemon), 0, shutdown).await;
+    server::serve(
+        listener,
+        Arc::clone(&daemon),
+        server::Settings::default(),
+        shutdown,
+    )
+    .await;
     let _ = stop.send(true);
     for task in http {
         let _ = task.await;

@@ -5,9 +5,11 @@
 mod support;
 
 use std::collections::BTreeSet;
+use std::fs::File;
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ipamd::daemon::RECOVERED_NETWORK;
 use pool::Clock;
@@ -33,16 +35,21 @@ async fn three_pods_one_deleted(
     ips
 }
 
-/// Opens the closed store's database directly (sled lets go of its lock shortly after the
-/// daemon is dropped).
+/// Waits (bounded) until no sled holds the state database's lock: sled lets go of it from a
+/// background thread shortly after the daemon is dropped.
+fn wait_unlocked(dir: &Path) {
+    let db = dir.join("state/db");
+    testkit::wait_until(
+        Duration::from_secs(10),
+        "the stopped daemon's sled to release the database lock",
+        || File::open(&db).is_ok_and(|f| f.try_lock().is_ok()),
+    );
+}
+
+/// Opens the closed store's database directly.
 fn raw_db(dir: &Path) -> sled::Db {
-    for _ in 0..150 {
-        match sled::open(dir.join("state")) {
-            Ok(db) => return db,
-            Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
-        }
-    }
-    panic!("the state database stayed locked");
+    wait_unlocked(dir);
+    sled::open(dir.join("state")).expect("the state database opens")
 }
 
 fn addr_key(ip: Ipv4Addr) -> Vec<u8> {
@@ -196,8 +203,7 @@ async fn an_unopenable_store_is_moved_aside_and_ipamd_starts() {
     let [a, _, _] = three_pods_one_deleted(dir.path(), &ec2, &clock, &host).await;
     host.routes.lock().unwrap().push((a, "enia1".to_string()));
     std::fs::write(dir.path().join("state/conf"), b"\xff\xfe not a sled config").unwrap();
-    // Waits out sled's lock release after the last daemon.
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    wait_unlocked(dir.path());
 
     let d = start_with(dir.path(), &ec2, &clock, "t3.medium", &host, &[])
         .await
