@@ -15,7 +15,7 @@ pub mod wait;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-pub use wait::{wait_for, wait_ok, wait_until};
+pub use wait::{wait_for, wait_ok, wait_until, within};
 
 /// `<prefix><pid>-<n>`: unique among the processes running now, and within this one.
 pub fn unique(prefix: &str) -> String {

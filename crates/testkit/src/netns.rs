@@ -43,6 +43,21 @@ impl Netns {
     }
 }
 
+/// A namespace stands for its name wherever a name is wanted (`ip -n`, `ip netns exec`).
+impl std::ops::Deref for Netns {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.name
+    }
+}
+
+impl std::fmt::Display for Netns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
 impl Drop for Netns {
     fn drop(&mut self) {
         let _ = run_bounded(QUICK_SECS, "ip", &["netns", "del", &self.name], None);

@@ -33,24 +33,35 @@ impl Pacer {
     }
 }
 
+/// Polls `probe` until it returns `Ok`, for at most `timeout`; on timeout, its last error.
+pub fn poll<T, E>(timeout: Duration, mut probe: impl FnMut() -> Result<T, E>) -> Result<T, E> {
+    let mut pacer = Pacer::new(timeout);
+    loop {
+        let last = match probe() {
+            Ok(done) => return Ok(done),
+            Err(e) => e,
+        };
+        match pacer.next() {
+            Some(pause) => std::thread::sleep(pause),
+            None => return Err(last),
+        }
+    }
+}
+
+/// Whether `done` comes to hold within `timeout` (for cleanup, which must not panic).
+pub fn within(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    poll(timeout, || if done() { Ok(()) } else { Err(()) }).is_ok()
+}
+
 /// Polls `probe` until it returns `Ok`, for at most `timeout`; then panics naming `what` and
 /// the last error, which says how far from done it was.
 pub fn wait_ok<T, E: Display>(
     timeout: Duration,
     what: &str,
-    mut probe: impl FnMut() -> Result<T, E>,
+    probe: impl FnMut() -> Result<T, E>,
 ) -> T {
-    let mut pacer = Pacer::new(timeout);
-    loop {
-        let last = match probe() {
-            Ok(done) => return done,
-            Err(e) => e,
-        };
-        match pacer.next() {
-            Some(pause) => std::thread::sleep(pause),
-            None => panic!("timed out after {timeout:?} waiting for {what}: {last}"),
-        }
-    }
+    poll(timeout, probe)
+        .unwrap_or_else(|last| panic!("timed out after {timeout:?} waiting for {what}: {last}"))
 }
 
 /// Polls `probe` until it returns `Some`, for at most `timeout`; panics naming `what`.
@@ -101,6 +112,12 @@ mod tests {
     #[should_panic(expected = "waiting for nothing: still 7")]
     fn names_what_never_happened_and_the_last_answer() {
         wait_ok(Duration::ZERO, "nothing", || Err::<(), _>("still 7"));
+    }
+
+    #[test]
+    fn a_condition_that_never_holds_is_reported() {
+        assert!(!within(Duration::from_millis(5), || false));
+        assert!(within(Duration::ZERO, || true));
     }
 
     #[test]
