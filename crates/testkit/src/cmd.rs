@@ -1,6 +1,7 @@
 //! Commands a test runs: always bounded in time, and asserted where they must succeed.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 /// The bound on a command that should take a moment (`ip`, `sysctl`, `iptables`).
@@ -45,17 +46,23 @@ pub fn run(argv: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Whether `command` is on PATH.
-pub fn have(command: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(command).is_file()))
+/// Where `command` is on PATH.
+pub fn which(command: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(command))
+        .find(|p| p.is_file())
 }
 
 /// Panics, naming what is missing, unless every command is on PATH: a root test that cannot
 /// run must fail loudly, never pass. Tests never install anything themselves; scripts/test.sh
 /// installs `package` before it runs them.
 pub fn require_commands(commands: &[&str], package: &str) {
-    let missing: Vec<&str> = commands.iter().copied().filter(|c| !have(c)).collect();
+    let missing: Vec<&str> = commands
+        .iter()
+        .copied()
+        .filter(|c| which(c).is_none())
+        .collect();
     assert!(
         missing.is_empty(),
         "missing {missing:?}: install the Debian package {package} (scripts/test.sh does, as root)"

@@ -85,6 +85,15 @@ pub fn split_url(url: &str) -> (&str, &str) {
     }
 }
 
+/// `host` with a port to connect to: its own, else HTTP's 80.
+pub fn with_port(host: &str) -> String {
+    if host.contains(':') {
+        host.to_string()
+    } else {
+        format!("{host}:80")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +114,8 @@ mod tests {
             ("127.0.0.1:80", "/v1/pool")
         );
         assert_eq!(split_url("http://127.0.0.1:80"), ("127.0.0.1:80", "/"));
+        assert_eq!(with_port("169.254.169.254"), "169.254.169.254:80");
+        assert_eq!(with_port("127.0.0.1:8"), "127.0.0.1:8");
         assert_eq!(status("HTTP/1.1 404 Not Found\r\n"), Some(404));
         assert_eq!(status("garbage"), None);
     }

@@ -10,6 +10,7 @@ pub mod cni;
 pub mod fuzz;
 pub mod http;
 pub mod netns;
+pub mod promtool;
 pub mod wait;
 
 use std::path::PathBuf;
