@@ -32,6 +32,8 @@ fn add_until_ok(pod: &Pod, c: &str, socket: &str) -> (Value, usize) {
             .stdin(conf("1.1.0", socket, json!({})))
             .run()
             .ok_silent();
+        // Kubelet's retry pause: part of the scenario (ADDs keep coming while EC2 misbehaves),
+        // not a wait for anything.
         sleep(Duration::from_millis(500));
     }
     panic!("ADD of {} never succeeded", pod.container_id);
