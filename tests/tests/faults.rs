@@ -108,10 +108,7 @@ fn ec2_faults_during_scale_up_are_survived_backed_off_and_converged() {
         extra.push((pod, result));
         if extra.len() > 4 {
             let (pod, result) = extra.remove(0);
-            pod.cni("DEL")
-                .stdin(conf("1.1.0", &socket, json!({ "prevResult": result })))
-                .run()
-                .ok_silent();
+            pod.del(&result);
         }
         assert!(alive(pid), "ipamd (pid {pid}) died");
     }

@@ -29,6 +29,8 @@ fn every_endpoint_answers_in_its_documented_shape() {
     let node = vbox.node(1);
     let (pods, results) = vbox.add_pods(1, 2);
     let ips: Vec<String> = results.iter().map(pod_ip).collect();
+    // The pool tops up to WARM_IP_TARGET after the ADDs: read it once that is done.
+    node.quiesce();
 
     // `/` and unknown paths list the endpoints, as the Go CNI's do.
     let root = node.get_json(&format!("{INTROSPECT}/"));
