@@ -223,7 +223,7 @@ dir=$RUN_ROOT/$name
 
 case $cmd in
   up) ensure_box_packages; need_binaries; up "$name" "$nodes" "$itype" "${rest[@]}";;
-  down) down "$dir" || exit 1;;
+  down) down "$dir";;
   stop-ipamd) [ -n "$node" ] || die "--node is required"; stop_ipamd "$dir" "$node" "$kill_sig";;
   start-ipamd) [ -n "$node" ] || die "--node is required"; need_binaries; start_ipamd "$dir" "$node";;
   *) die "unknown command '$cmd' (up, down, stop-ipamd, start-ipamd)";;

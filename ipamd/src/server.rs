@@ -145,19 +145,19 @@ async fn connection<H: Handler>(
     let uid = read.as_ref().peer_cred()?.uid();
     let mut reader = BufReader::new(read);
     loop {
-        let frame =
-            match tokio::time::timeout(settings.frame_timeout, read_frame(&mut reader)).await {
-                Err(_) => return Ok(()),
-                Ok(Ok(None)) => return Ok(()),
-                Ok(Ok(Some(frame))) => frame,
-                Ok(Err(FrameError::Io(e))) => return Err(e),
-                Ok(Err(e)) => {
-                    // Too long or cut short: answer once, then drop the connection, since the rest
-                    // of the stream cannot be trusted to be framed.
-                    let err = DaemonError::new(ErrorKind::BadRequest, e.to_string());
-                    return write.write_all(&ipam_proto::encode_reply(&Err(err))).await;
-                }
-            };
+        let next = tokio::time::timeout(settings.frame_timeout, read_frame(&mut reader));
+        let frame = match next.await {
+            Err(_) => return Ok(()),
+            Ok(Ok(None)) => return Ok(()),
+            Ok(Ok(Some(frame))) => frame,
+            Ok(Err(FrameError::Io(e))) => return Err(e),
+            Ok(Err(e)) => {
+                // Too long or cut short: answer once, then drop the connection, since the rest
+                // of the stream cannot be trusted to be framed.
+                let err = DaemonError::new(ErrorKind::BadRequest, e.to_string());
+                return write.write_all(&ipam_proto::encode_reply(&Err(err))).await;
+            }
+        };
         if uid != settings.allowed_uid {
             // Refused only after the request is read: a client whose write met a closed socket
             // would see a broken pipe instead of the reason.
