@@ -10,8 +10,11 @@ use common::*;
 use e2e::{Pod, VpcBox, conf, require_root};
 use serde_json::{Value, json};
 
+/// ENIs, secondary /32s and /28 prefixes.
+type Counts = (usize, usize, usize);
+
 /// ENIs attached to node 1, their secondary /32s and their /28 prefixes, per vpc-sim.
-fn counts(vbox: &VpcBox) -> (usize, usize, usize) {
+fn counts(vbox: &VpcBox) -> Counts {
     let instance = vbox.node(1).instance_id.clone();
     let state = vbox.sim_state();
     let enis: Vec<&Value> = state["enis"]
@@ -29,12 +32,12 @@ fn counts(vbox: &VpcBox) -> (usize, usize, usize) {
 }
 
 /// The counts once ipamd's pool has settled.
-fn settled(vbox: &VpcBox) -> (usize, usize, usize) {
+fn settled(vbox: &VpcBox) -> Counts {
     vbox.node(1).quiesce();
     counts(vbox)
 }
 
-fn scenario(instance: &str, env: &[&str], expected: (usize, usize, usize)) {
+fn scenario(instance: &str, env: &[&str], expected: Counts) {
     let mut args = vec!["--instance-type", instance];
     for e in env {
         args.extend(["--ipamd-env", e]);
@@ -50,7 +53,6 @@ fn scenario(instance: &str, env: &[&str], expected: (usize, usize, usize)) {
 /// (ENIs, /32s, /28s) per target setting, on m5.large (3 ENIs x 10 IPv4: 9 secondaries each)
 /// and on t3.medium (3 ENIs x 6 IPv4: 5 secondaries each; targets beyond 15 stop at the ENI
 /// limit): the Go CNI's integration list.
-type Counts = (usize, usize, usize);
 const TARGETS: [(&[&str], Counts, Counts); 11] = [
     (&[], (1, 9, 0), (1, 5, 0)),
     (&["WARM_ENI_TARGET=2"], (2, 18, 0), (2, 10, 0)),
