@@ -23,7 +23,10 @@ skipped() { SUMMARY+=("SKIPPED  $*"); }
 command -v cargo >/dev/null 2>&1 || die "cargo not found: install Rust (rustup) first"
 if [ $ROOT -eq 1 ]; then
   ensure_box_packages
-  ensure_packages shellcheck:shellcheck timeout:coreutils python3:python3 nft:nftables promtool:prometheus
+  # Tests install nothing themselves: what they run is installed here (the SNAT tests use both
+  # iptables backends and nft; a test that lacks a command fails naming it).
+  ensure_packages shellcheck:shellcheck timeout:coreutils python3:python3 nft:nftables promtool:prometheus \
+    iptables-nft-save:iptables iptables-legacy-save:iptables
   python3 -c 'import ensurepip' 2>/dev/null || install_packages python3-venv
   ensure_runtimes
   ensure_cnitool

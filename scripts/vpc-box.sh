@@ -6,7 +6,8 @@
 #                 [--outside-ip IP] [--attach-latency-ms MS]
 #       Starts everything, returns once every ipamd is ready, prints one JSON object on stdout.
 #   vpc-box.sh down --name NAME
-#       Stops and removes everything `up` made.
+#       Stops and removes everything `up` made (the processes it recorded, whatever the
+#       environment now); names what it could not stop or remove and then exits 1.
 #   vpc-box.sh stop-ipamd --name NAME --node I [--kill]
 #   vpc-box.sh start-ipamd --name NAME --node I
 #       Stop (SIGTERM, or SIGKILL with --kill) or start one node's ipamd with the environment
@@ -28,6 +29,68 @@ check_name() {
 
 node_field() { jq -r --argjson i "$2" ".nodes[\$i - 1].$3" "$1/sim/sim.json"; }
 
+# What the box runs is recorded in $dir/processes, one process a line: PID START ROLE PROGRAM.
+# START (field 22 of /proc/PID/stat, clock ticks since boot) pins the pid to that one process:
+# a pid reused after ours died has another start time and is never signalled. `down` stops
+# exactly what is recorded, whatever VPC_CNI_BIN_DIR or PATH it runs with; PROGRAM is only for
+# the report.
+
+# The fields of /proc/PID/stat from field 3 on (field 2, the command name, may hold spaces and
+# parentheses); nothing when there is no such process.
+stat_fields() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+  echo "${stat##*) }"
+}
+
+# Whether the process recorded as PID started at START has ended (a zombie has).
+gone() {
+  local fields
+  read -r -a fields <<<"$(stat_fields "$1")"
+  [ "${fields[19]:-}" != "$2" ] || [ "${fields[0]}" = Z ]
+}
+
+# Records a process the box started: record DIR PID ROLE PROGRAM. One that has already ended
+# is not recorded: there is nothing to stop.
+record() {
+  local fields
+  read -r -a fields <<<"$(stat_fields "$2")"
+  [ -n "${fields[19]:-}" ] || return 0
+  echo "$2 ${fields[19]} $3 $4" >>"$1/processes"
+}
+
+# Signals one recorded process and waits up to 10 s for it to end, then SIGKILLs it and waits
+# up to 5 s more; fails if it is still there.
+stop_process() { # pid start signal
+  gone "$1" "$2" && return 0
+  kill "-$3" "$1" 2>/dev/null || true
+  wait_for 10 gone "$1" "$2" && return 0
+  kill -KILL "$1" 2>/dev/null || true
+  wait_for 5 gone "$1" "$2"
+}
+
+# Stops the recorded processes whose ROLE matches the glob PATTERN with SIGNAL (then SIGKILL)
+# and forgets them. Each one that could not be stopped is named on stderr and kept in the
+# record (so `down` can be run again), and the function fails.
+stop_recorded() { # dir signal pattern
+  local file=$1/processes pid start role program failed=0 kept=()
+  [ -f "$file" ] || return 0
+  while read -r pid start role program; do
+    # shellcheck disable=SC2053 # a glob on purpose
+    if [[ $role == $3 ]]; then
+      stop_process "$pid" "$start" "$2" && continue
+      echo "vpc-box: could not stop $role (pid $pid, $program)" >&2
+      failed=1
+    fi
+    kept+=("$pid $start $role $program")
+  done <"$file"
+  if [ ${#kept[@]} -eq 0 ]; then rm -f "$file"; else printf '%s\n' "${kept[@]}" >"$file"; fi
+  return $failed
+}
+
+# The pid of the recorded process with ROLE.
+recorded_pid() { awk -v role="$2" '$3 == role { pid = $1 } END { print pid }' "$1/processes"; }
+
 # Starts node I's ipamd from its saved environment; prints the pid once it is ready.
 start_ipamd() {
   local dir=$1 i=$2 node netns pid env
@@ -40,7 +103,7 @@ start_ipamd() {
   setsid ip netns exec "$netns" env -i "${env[@]}" "$BIN_DIR/ipamd" \
     >>"$node/ipamd.stderr" 2>&1 </dev/null &
   pid=$!
-  echo "$pid" >"$node/ipamd.pid"
+  record "$dir" "$pid" "ipamd-node$i" "$BIN_DIR/ipamd"
   if ! wait_for 30 ip netns exec "$netns" "$BIN_DIR/ipamd" health --socket "$node/ipamd.sock"; then
     echo "--- $node/ipamd.log (tail)" >&2; tail -n 30 "$node/ipamd.log" >&2 2>/dev/null || true
     echo "--- $node/ipamd.stderr (tail)" >&2; tail -n 10 "$node/ipamd.stderr" >&2 || true
@@ -49,35 +112,31 @@ start_ipamd() {
   echo "$pid"
 }
 
-stop_pid() { # pid signal program: signals, waits up to 10 s, then SIGKILLs
-  local pid=$1 sig=$2 program=$3
-  kill -0 "$pid" 2>/dev/null || return 0
-  # After a crash the pid may have been reused: signal only the program the box started.
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "$program" || return 0
-  kill "-$sig" "$pid" 2>/dev/null || true
-  wait_for 10 bash -c "! kill -0 $pid" || { kill -KILL "$pid" 2>/dev/null || true; wait_for 5 bash -c "! kill -0 $pid" || true; }
+stop_ipamd() { # dir node signal
+  stop_recorded "$1" "$3" "ipamd-node$2" || die "ipamd of node $2 is still running"
 }
 
-stop_ipamd() {
-  local node=$1/node$2 sig=$3
-  [ -f "$node/ipamd.pid" ] || return 0
-  stop_pid "$(cat "$node/ipamd.pid")" "$sig" "$BIN_DIR/ipamd"
-  rm -f "$node/ipamd.pid"
-}
-
+# Stops everything the box recorded and removes its namespaces and run dir. What it cannot stop
+# or remove is named, the run dir is kept (run `down` again) and it fails.
 down() {
-  local dir=$1 node ns
+  local dir=$1 ns failed=0
   [ -d "$dir" ] || return 0
-  for node in "$dir"/node*; do
-    [ -d "$node" ] && stop_ipamd "$dir" "${node##*node}" TERM
-  done
-  # vpc-sim removes the namespaces it made when it stops...
-  [ -f "$dir/vpc-sim.pid" ] && stop_pid "$(cat "$dir/vpc-sim.pid")" TERM "$BIN_DIR/vpc-sim"
+  # ipamd first, while EC2 still answers; then vpc-sim, which removes the namespaces it made...
+  stop_recorded "$dir" TERM 'ipamd-*' || failed=1
+  stop_recorded "$dir" TERM '*' || failed=1
   # ...and anything left by a crash is removed here, but only the namespaces it recorded.
   if [ -f "$dir/namespaces" ]; then
     while read -r ns; do
-      if [ -n "$ns" ]; then ip netns del "$ns" 2>/dev/null || true; fi
+      if [ -z "$ns" ] || [ ! -e "/run/netns/$ns" ]; then continue; fi
+      if ! ip netns del "$ns" 2>/dev/null; then
+        echo "vpc-box: could not remove namespace $ns" >&2
+        failed=1
+      fi
     done <"$dir/namespaces"
+  fi
+  if [ $failed -ne 0 ]; then
+    echo "vpc-box: kept $dir; run down again once the above is dealt with" >&2
+    return 1
   fi
   rm -rf "$dir"
 }
@@ -97,7 +156,7 @@ up() {
   say "starting vpc-sim ($nodes node(s), $itype)"
   setsid "$BIN_DIR/vpc-sim" --name "$name" --state-dir "$dir/sim" --mode fabric \
     --nodes "$nodes" --instance-type "$itype" "${sim_args[@]}" >"$dir/vpc-sim.log" 2>&1 </dev/null &
-  echo $! >"$dir/vpc-sim.pid"
+  record "$dir" $! vpc-sim "$BIN_DIR/vpc-sim"
   # Recorded before they exist, so `down` can remove them even if vpc-sim dies half way.
   { echo "$name-vpc"; echo "$name-out"; for i in $(seq "$nodes"); do echo "$name-node$i"; done; } >"$dir/namespaces"
   if ! wait_for 30 test -f "$dir/sim/sim.json"; then
@@ -122,7 +181,7 @@ up() {
   done
   trap - EXIT
   local pids
-  pids=$(for i in $(seq "$nodes"); do cat "$dir/node$i/ipamd.pid"; done | jq -s .)
+  pids=$(for i in $(seq "$nodes"); do recorded_pid "$dir" "ipamd-node$i"; done | jq -s .)
   jq --arg dir "$dir" --argjson pids "$pids" '{
       name, ec2_endpoint, vpc_netns, outside, run_dir: $dir,
       subnets: [.subnets[] | {id, cidr}],

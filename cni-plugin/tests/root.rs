@@ -49,7 +49,7 @@ fn with_prev(version: &str, socket: &str, prev: &Value) -> String {
 
 /// The MAC `ip` reports for `dev` in namespace `ns`.
 fn mac_of(ns: &str, dev: &str) -> String {
-    let line = support::netns::ip_in(ns, &["-o", "link", "show", "dev", dev]).join(" ");
+    let line = testkit::netns::ip_in(ns, &["-o", "link", "show", "dev", dev]).join(" ");
     let (_, rest) = line.split_once("link/ether ").expect("an ethernet link");
     rest.split_whitespace().next().unwrap().to_owned()
 }
@@ -83,8 +83,7 @@ fn add_check_del_in_every_version() {
                    "routes": [{"dst": "0.0.0.0/0", "gw": "169.254.1.1"}]}),
             "{v}"
         );
-        let index = result["ips"][0]["interface"].as_u64().unwrap() as usize;
-        assert_eq!(result["interfaces"][index]["name"], "eth0", "{v}");
+        testkit::cni::assert_eth0_in(&result, &ns.pod_path());
 
         assert!(
             ns.ping_from_node(IP),

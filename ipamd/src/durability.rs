@@ -91,17 +91,73 @@ impl<S: StateStore + 'static> Durability<S> {
 mod tests {
     use std::sync::Mutex;
     use std::sync::atomic::AtomicUsize;
+    use std::sync::mpsc;
+    use std::time::Duration;
 
     use pool::MemoryStore;
+    use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
     use super::*;
 
-    /// Counts flushes and can be told to fail.
+    /// Bounds every wait of these tests: only a hang gets near it.
+    const PATIENCE: Duration = Duration::from_secs(10);
+
+    /// Holds each flush until the test lets it finish, so the test decides what happens while
+    /// a flush is in progress instead of hoping a slow flush makes requests overlap.
+    struct Gate {
+        /// Told when a flush starts.
+        entered: UnboundedSender<()>,
+        /// One message lets one flush finish.
+        release: Mutex<mpsc::Receiver<()>>,
+    }
+
+    /// The test's side of a [`Gate`].
+    struct GateControl {
+        entered: UnboundedReceiver<()>,
+        release: mpsc::Sender<()>,
+    }
+
+    impl GateControl {
+        /// Waits (bounded) until a flush has started and holds there.
+        async fn flush_started(&mut self) {
+            tokio::time::timeout(PATIENCE, self.entered.recv())
+                .await
+                .expect("no flush started")
+                .expect("the store is gone");
+        }
+
+        /// Lets the flush in progress finish.
+        fn finish_flush(&self) {
+            self.release.send(()).expect("the store is gone");
+        }
+    }
+
+    /// Counts flushes, can be told to fail, and can hold each flush at a [`Gate`].
     #[derive(Default)]
     struct CountingStore {
         inner: MemoryStore,
         flushes: AtomicUsize,
         fail: Mutex<bool>,
+        gate: Option<Gate>,
+    }
+
+    impl CountingStore {
+        fn gated() -> (CountingStore, GateControl) {
+            let (entered, entered_rx) = unbounded_channel();
+            let (release_tx, release) = mpsc::channel();
+            let store = CountingStore {
+                gate: Some(Gate {
+                    entered,
+                    release: Mutex::new(release),
+                }),
+                ..CountingStore::default()
+            };
+            let control = GateControl {
+                entered: entered_rx,
+                release: release_tx,
+            };
+            (store, control)
+        }
     }
 
     impl StateStore for CountingStore {
@@ -118,7 +174,14 @@ mod tests {
             Ok(())
         }
         fn flush(&self) -> Result<(), Self::Error> {
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            if let Some(gate) = &self.gate {
+                gate.entered.send(()).expect("the test is gone");
+                gate.release
+                    .lock()
+                    .unwrap()
+                    .recv_timeout(PATIENCE)
+                    .expect("the test never let the flush finish");
+            }
             if *self.fail.lock().unwrap() {
                 return Err(std::io::Error::other("disk full"));
             }
@@ -131,28 +194,34 @@ mod tests {
         vec![Mutation::DeleteAddr(std::net::Ipv4Addr::new(10, 0, 0, n))]
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn concurrent_waiters_share_flushes() {
-        let d = Arc::new(Durability::new(Arc::new(CountingStore::default())));
-        let mut tasks = Vec::new();
-        for n in 0..40u8 {
+    #[tokio::test]
+    async fn commits_made_during_a_flush_share_the_next_one() {
+        const COMMITS: u8 = 40;
+        let (store, mut gate) = CountingStore::gated();
+        let d = Arc::new(Durability::new(Arc::new(store)));
+        let commit = |n: u8| {
             let d = Arc::clone(&d);
-            tasks.push(tokio::spawn(async move {
-                let seq = d.apply(&mutation(n)).unwrap();
-                d.wait(seq).await.unwrap();
-            }));
+            let seq = d.apply(&mutation(n)).unwrap();
+            tokio::spawn(async move { d.wait(seq).await.unwrap() })
+        };
+        // The first commit's flush starts and is held...
+        let first = commit(0);
+        gate.flush_started().await;
+        // ...while the others are applied and wait.
+        let rest: Vec<_> = (1..COMMITS).map(commit).collect();
+        gate.finish_flush();
+        first.await.unwrap();
+        // One flush covers every commit applied while the first was in progress.
+        gate.flush_started().await;
+        gate.finish_flush();
+        for waiter in rest {
+            waiter.await.unwrap();
         }
-        for t in tasks {
-            t.await.unwrap();
-        }
-        let flushes = d.store().flushes.load(Ordering::SeqCst);
-        assert!(
-            (1..40).contains(&flushes),
-            "40 writers caused {flushes} flushes"
-        );
+        assert_eq!(d.store().flushes.load(Ordering::SeqCst), 2);
+        assert_eq!(d.seen(), u64::from(COMMITS));
         // Nothing new: no flush needed.
         d.wait(d.seen()).await.unwrap();
-        assert_eq!(d.store().flushes.load(Ordering::SeqCst), flushes);
+        assert_eq!(d.store().flushes.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]

@@ -15,3 +15,6 @@ pub mod state;
 pub mod surface;
 
 pub use daemon::{Daemon, Parts, StartupError};
+
+/// How often the controller looks at the pool when nothing asks it to.
+pub const CONTROLLER_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);

@@ -16,14 +16,11 @@ use ipamd::config::{BindAddress, Config, ignored_settings};
 use ipamd::host::{HostNetwork, NetlinkHost};
 use ipamd::install::{self, CONFLIST_NAME, ConflistSettings};
 use ipamd::surface::{self, DaemonSource, Ec2Metrics};
-use ipamd::{Daemon, Parts, logging, server};
+use ipamd::{CONTROLLER_PERIOD, Daemon, Parts, logging, server};
 use pool::Clock;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
-
-/// How often the controller looks at the pool when nothing asks it to.
-const CONTROLLER_PERIOD: Duration = Duration::from_secs(5);
 
 #[derive(Parser)]
 #[command(version, about = "vpc-cni node daemon: VPC addresses for pods")]
@@ -409,7 +406,13 @@ async fn serve(
             _ = sigint.recv() => info!("Received SIGINT, shutting down"),
         }
     };
-    server::serve(listener, Arc::clone(&daemon), 0, shutdown).await;
+    server::serve(
+        listener,
+        Arc::clone(&daemon),
+        server::Settings::default(),
+        shutdown,
+    )
+    .await;
     let _ = stop.send(true);
     for task in http {
         let _ = task.await;

@@ -15,11 +15,29 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
-/// A client gets this long to send each frame before the connection is closed.
+/// By default, a client gets this long to send each frame before the connection is closed.
 pub const FRAME_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// At shutdown, how long requests in progress get to finish.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Who may use the socket and how long a client may take.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// The only peer uid served (root in production).
+    pub allowed_uid: u32,
+    /// How long a client gets to send each frame before its connection is closed.
+    pub frame_timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            allowed_uid: 0,
+            frame_timeout: FRAME_TIMEOUT,
+        }
+    }
+}
 
 /// Answers requests.
 pub trait Handler: Send + Sync + 'static {
@@ -65,7 +83,7 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
 pub async fn serve<H: Handler>(
     listener: UnixListener,
     handler: Arc<H>,
-    allowed_uid: u32,
+    settings: Settings,
     shutdown: impl Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
@@ -79,7 +97,7 @@ pub async fn serve<H: Handler>(
                 Ok((stream, _)) => {
                     let handler = Arc::clone(&handler);
                     connections.spawn(async move {
-                        if let Err(e) = connection(stream, handler, allowed_uid).await {
+                        if let Err(e) = connection(stream, handler, settings).await {
                             debug!(error = %e, "plugin connection ended with an error");
                         }
                     });
@@ -121,13 +139,14 @@ async fn read_frame<R: tokio::io::AsyncBufRead + Unpin>(
 async fn connection<H: Handler>(
     stream: UnixStream,
     handler: Arc<H>,
-    allowed_uid: u32,
+    settings: Settings,
 ) -> io::Result<()> {
     let (read, mut write) = stream.into_split();
     let uid = read.as_ref().peer_cred()?.uid();
     let mut reader = BufReader::new(read);
     loop {
-        let frame = match tokio::time::timeout(FRAME_TIMEOUT, read_frame(&mut reader)).await {
+        let next = tokio::time::timeout(settings.frame_timeout, read_frame(&mut reader));
+        let frame = match next.await {
             Err(_) => return Ok(()),
             Ok(Ok(None)) => return Ok(()),
             Ok(Ok(Some(frame))) => frame,
@@ -139,7 +158,7 @@ async fn connection<H: Handler>(
                 return write.write_all(&ipam_proto::encode_reply(&Err(err))).await;
             }
         };
-        if uid != allowed_uid {
+        if uid != settings.allowed_uid {
             // Refused only after the request is read: a client whose write met a closed socket
             // would see a broken pipe instead of the reason.
             warn!(uid, "refused a request from a non-root peer");

@@ -5,24 +5,18 @@
 mod support;
 
 use std::collections::BTreeSet;
+use std::fs::File;
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::sync::Arc;
+use std::time::Duration;
 
 use ipamd::daemon::RECOVERED_NETWORK;
 use pool::Clock;
 use support::*;
 
 /// Three pods; the third is deleted (its address cools). Returns the three addresses.
-async fn three_pods_one_deleted(
-    dir: &Path,
-    ec2: &Arc<cloud::fake::FakeEc2>,
-    clock: &Arc<ManualClock>,
-    host: &Arc<RecordingHost>,
-) -> [Ipv4Addr; 3] {
-    let d = start_with(dir, ec2, clock, "t3.medium", host, &[])
-        .await
-        .unwrap();
+async fn three_pods_one_deleted(node: &Node) -> [Ipv4Addr; 3] {
+    let d = node.start(&[]).await;
     let ips = [
         allocate(&d, 1).await.ip,
         allocate(&d, 2).await.ip,
@@ -33,16 +27,21 @@ async fn three_pods_one_deleted(
     ips
 }
 
-/// Opens the closed store's database directly (sled lets go of its lock shortly after the
-/// daemon is dropped).
+/// Waits (bounded) until no sled holds the state database's lock: sled lets go of it from a
+/// background thread shortly after the daemon is dropped.
+fn wait_unlocked(dir: &Path) {
+    let db = dir.join("state/db");
+    testkit::wait_until(
+        Duration::from_secs(10),
+        "the stopped daemon's sled to release the database lock",
+        || File::open(&db).is_ok_and(|f| f.try_lock().is_ok()),
+    );
+}
+
+/// Opens the closed store's database directly.
 fn raw_db(dir: &Path) -> sled::Db {
-    for _ in 0..150 {
-        match sled::open(dir.join("state")) {
-            Ok(db) => return db,
-            Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
-        }
-    }
-    panic!("the state database stayed locked");
+    wait_unlocked(dir);
+    sled::open(dir.join("state")).expect("the state database opens")
 }
 
 fn addr_key(ip: Ipv4Addr) -> Vec<u8> {
@@ -60,18 +59,15 @@ fn recovered(d: &TestDaemon) -> BTreeSet<(Ipv4Addr, String)> {
 
 #[tokio::test]
 async fn a_truncated_store_is_rebuilt_and_live_pods_keep_their_addresses() {
-    let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
-    let clock = ManualClock::at(1_000);
-    let host = Arc::new(RecordingHost::default());
-    let [a, b, c] = three_pods_one_deleted(dir.path(), &ec2, &clock, &host).await;
+    let node = Node::at(1_000);
+    let [a, b, c] = three_pods_one_deleted(&node).await;
     // Pods 1 and 2 run on; a veth of someone else's prefix is not ours to judge.
-    host.routes.lock().unwrap().extend([
+    node.host.routes.lock().unwrap().extend([
         (a, "enia1".to_string()),
         (b, "enib2".to_string()),
         (Ipv4Addr::new(10, 0, 0, 99), "cali0".to_string()),
     ]);
-    let db = dir.path().join("state/db");
+    let db = node.dir.path().join("state/db");
     std::fs::OpenOptions::new()
         .write(true)
         .open(&db)
@@ -79,15 +75,13 @@ async fn a_truncated_store_is_rebuilt_and_live_pods_keep_their_addresses() {
         .set_len(100)
         .unwrap();
 
-    let d = start_with(dir.path(), &ec2, &clock, "t3.medium", &host, &[])
-        .await
-        .unwrap();
+    let d = node.start(&[]).await;
     assert_eq!(
         recovered(&d),
         BTreeSet::from([(a, "enia1".to_string()), (b, "enib2".to_string())]),
         "the live pods' addresses are held"
     );
-    let now = clock.now();
+    let now = node.clock.now();
     let primary: Vec<_> = d
         .pool_snapshot()
         .addresses(ENI)
@@ -112,24 +106,22 @@ async fn a_truncated_store_is_rebuilt_and_live_pods_keep_their_addresses() {
     );
 
     // Pod 1 goes; its DEL cannot name the recovered key, but its route is gone.
-    host.routes.lock().unwrap().retain(|(ip, _)| *ip != a);
-    host.gone.lock().unwrap().insert(a);
+    node.host.routes.lock().unwrap().retain(|(ip, _)| *ip != a);
+    node.host.gone.lock().unwrap().insert(a);
     d.reconcile().await;
     assert_eq!(recovered(&d), BTreeSet::from([(b, "enib2".to_string())]));
-    assert!(d.pool_snapshot().counts(clock.now()).cooling >= 1);
+    assert!(d.pool_snapshot().counts(node.clock.now()).cooling >= 1);
     let slot = d
         .pool_snapshot()
         .addresses(ENI)
         .find(|(ip, _)| *ip == a)
         .map(|(_, s)| s.clone())
         .unwrap();
-    assert!(slot.is_cooling(clock.now()), "{slot:?}");
+    assert!(slot.is_cooling(node.clock.now()), "{slot:?}");
 
     // A later restart on intact state is not damage: the recovered key is kept as stored.
     drop(d);
-    let d = start_with(dir.path(), &ec2, &clock, "t3.medium", &host, &[])
-        .await
-        .unwrap();
+    let d = node.start(&[]).await;
     assert_eq!(recovered(&d), BTreeSet::from([(b, "enib2".to_string())]));
     assert_eq!(
         d.pool_snapshot().get(&pool_key(4)).map(|x| x.ip),
@@ -139,27 +131,23 @@ async fn a_truncated_store_is_rebuilt_and_live_pods_keep_their_addresses() {
 
 #[tokio::test]
 async fn unreadable_records_lose_only_their_own_addresses() {
-    let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
-    let clock = ManualClock::at(1_000);
-    let host = Arc::new(RecordingHost::default());
-    let [a, b, c] = three_pods_one_deleted(dir.path(), &ec2, &clock, &host).await;
-    host.routes
+    let node = Node::at(1_000);
+    let [a, b, c] = three_pods_one_deleted(&node).await;
+    node.host
+        .routes
         .lock()
         .unwrap()
         .extend([(a, "enia1".to_string()), (b, "enib2".to_string())]);
     {
-        let db = raw_db(dir.path());
+        let db = raw_db(node.dir.path());
         db.insert(addr_key(b), b"{\"ip\":".as_slice()).unwrap();
         db.insert(addr_key(c), b"\xff\xff".as_slice()).unwrap();
         db.flush().unwrap();
     }
     // Well past the first cooldown of c: only the loss can make it cool now.
-    clock.advance(std::time::Duration::from_secs(3600));
+    node.clock.advance(std::time::Duration::from_secs(3600));
 
-    let d = start_with(dir.path(), &ec2, &clock, "t3.medium", &host, &[])
-        .await
-        .unwrap();
+    let d = node.start(&[]).await;
     let pool = d.pool_snapshot();
     assert_eq!(
         pool.get(&pool_key(1)).map(|x| x.ip),
@@ -167,7 +155,7 @@ async fn unreadable_records_lose_only_their_own_addresses() {
         "an intact record is kept as it was"
     );
     assert_eq!(recovered(&d), BTreeSet::from([(b, "enib2".to_string())]));
-    let now = clock.now();
+    let now = node.clock.now();
     let slot = |ip: Ipv4Addr| {
         pool.addresses(ENI)
             .find(|(x, _)| *x == ip)
@@ -189,23 +177,26 @@ async fn unreadable_records_lose_only_their_own_addresses() {
 
 #[tokio::test]
 async fn an_unopenable_store_is_moved_aside_and_ipamd_starts() {
-    let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
-    let clock = ManualClock::at(1_000);
-    let host = Arc::new(RecordingHost::default());
-    let [a, _, _] = three_pods_one_deleted(dir.path(), &ec2, &clock, &host).await;
-    host.routes.lock().unwrap().push((a, "enia1".to_string()));
-    std::fs::write(dir.path().join("state/conf"), b"\xff\xfe not a sled config").unwrap();
-    // Waits out sled's lock release after the last daemon.
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    let node = Node::at(1_000);
+    let [a, _, _] = three_pods_one_deleted(&node).await;
+    node.host
+        .routes
+        .lock()
+        .unwrap()
+        .push((a, "enia1".to_string()));
+    std::fs::write(
+        node.dir.path().join("state/conf"),
+        b"\xff\xfe not a sled config",
+    )
+    .unwrap();
+    wait_unlocked(node.dir.path());
 
-    let d = start_with(dir.path(), &ec2, &clock, "t3.medium", &host, &[])
-        .await
-        .unwrap();
+    let d = node.start(&[]).await;
     assert_eq!(recovered(&d), BTreeSet::from([(a, "enia1".to_string())]));
-    let moved = dir
+    let moved = node
+        .dir
         .path()
-        .join(format!("state.corrupt-{}", clock.now().0 / 1000));
+        .join(format!("state.corrupt-{}", node.clock.now().0 / 1000));
     assert!(
         moved.join("conf").exists(),
         "the damaged database is kept at {}",

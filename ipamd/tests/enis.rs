@@ -10,28 +10,19 @@ use cloud::{Attachment, CloudError, Ec2, NetworkInterface};
 use ipam_proto::{CheckRequest, ErrorKind, Reply, Request};
 use support::*;
 
-fn secondary(ec2: &cloud::fake::FakeEc2) -> NetworkInterface {
-    ec2.enis()
-        .into_iter()
-        .find(|e| e.id != ENI)
-        .expect("a second ENI")
-}
-
 #[tokio::test]
 async fn an_eni_is_created_attached_and_set_up_when_the_primary_runs_low() {
-    let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
-    let host = Arc::new(RecordingHost::default());
-    let d = start_t3_medium(dir.path(), &ec2, &host, &[]).await;
+    let node = Node::at(0);
+    let d = node.start(&[]).await;
     assert_eq!(
-        ec2.enis().len(),
+        node.ec2.enis().len(),
         1,
         "5 available on the primary meets WARM_ENI_TARGET=1"
     );
 
     allocate(&d, 1).await;
     d.grow().await;
-    let eni = secondary(&ec2);
+    let eni = secondary(&node.ec2);
     assert_eq!(eni.description, format!("aws-K8S-{INSTANCE}"));
     assert_eq!(
         eni.tags
@@ -53,11 +44,11 @@ async fn an_eni_is_created_attached_and_set_up_when_the_primary_runs_low() {
     assert_eq!(eni.secondary_ips.len(), 5);
     let eni_ip = eni.primary_ip.unwrap();
     assert!(
-        host.calls().contains(&format!(
+        node.host.calls().contains(&format!(
             "setup eni device 1 ip {eni_ip} table 2 subnet 10.0.0.0/24"
         )),
         "{:?}",
-        host.calls()
+        node.host.calls()
     );
     assert_eq!(d.pool_snapshot().counts(pool::Timestamp(0)).total, 10);
 
@@ -75,29 +66,25 @@ async fn an_eni_is_created_attached_and_set_up_when_the_primary_runs_low() {
 
 #[tokio::test]
 async fn a_link_that_appears_late_is_waited_for() {
-    let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
-    let host = Arc::new(RecordingHost::default());
-    let d = start_t3_medium(dir.path(), &ec2, &host, &[]).await;
-    host.missing_links.store(3, Ordering::SeqCst);
+    let node = Node::at(0);
+    let d = node.start(&[]).await;
+    node.host.missing_links.store(3, Ordering::SeqCst);
     allocate(&d, 1).await;
     d.grow().await;
     assert_eq!(d.pool_snapshot().enis().count(), 2);
-    assert_eq!(host.missing_links.load(Ordering::SeqCst), 0);
+    assert_eq!(node.host.missing_links.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test]
 async fn an_eni_detached_in_ec2_leaves_the_pool_and_the_node_and_comes_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
-    let host = Arc::new(RecordingHost::default());
+    let node = Node::at(0);
     // MAX_ENI=2 so the reconciliation cannot replace the detached ENI with a new one.
-    let d = start_t3_medium(dir.path(), &ec2, &host, &[("MAX_ENI", "2")]).await;
+    let d = node.start(&[("MAX_ENI", "2")]).await;
     for n in 1..=7 {
         allocate(&d, n).await;
         d.grow().await;
     }
-    let eni = secondary(&ec2);
+    let eni = secondary(&node.ec2);
     let eni_ip = eni.primary_ip.unwrap();
     let victim = (1..=7)
         .find(|n| {
@@ -108,14 +95,18 @@ async fn an_eni_detached_in_ec2_leaves_the_pool_and_the_node_and_comes_back() {
         .expect("a pod on the secondary ENI");
 
     let attachment = eni.attachment.unwrap();
-    ec2.detach_network_interface(&attachment.id).await.unwrap();
+    node.ec2
+        .detach_network_interface(&attachment.id)
+        .await
+        .unwrap();
     d.reconcile().await;
     assert_eq!(d.pool_snapshot().enis().count(), 1);
     assert!(
-        host.calls()
+        node.host
+            .calls()
             .contains(&format!("teardown eni device 1 ip {eni_ip}")),
         "{:?}",
-        host.calls()
+        node.host.calls()
     );
     let gone = d
         .handle(Request::Check(CheckRequest { key: key(victim) }))
@@ -127,24 +118,25 @@ async fn an_eni_detached_in_ec2_leaves_the_pool_and_the_node_and_comes_back() {
         "the pod lost its address with the ENI"
     );
 
-    ec2.attach_network_interface(&eni.id, INSTANCE, 1)
+    node.ec2
+        .attach_network_interface(&eni.id, INSTANCE, 1)
         .await
         .unwrap();
     d.reconcile().await;
     assert_eq!(d.pool_snapshot().enis().count(), 2, "adopted again");
-    let setups = host
+    let setups = node
+        .host
         .calls()
         .iter()
         .filter(|c| c.starts_with("setup eni device 1"))
         .count();
-    assert_eq!(setups, 2, "{:?}", host.calls());
+    assert_eq!(setups, 2, "{:?}", node.host.calls());
 }
 
 #[tokio::test]
 async fn an_eni_someone_else_manages_is_left_alone_but_takes_a_slot() {
-    let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
-    ec2.add_eni(
+    let node = Node::at(0);
+    node.ec2.add_eni(
         NetworkInterface {
             id: "eni-theirs".into(),
             mac: "02:00:00:00:00:99".into(),
@@ -162,23 +154,23 @@ async fn an_eni_someone_else_manages_is_left_alone_but_takes_a_slot() {
         },
         "10.0.0.0/24".parse().unwrap(),
     );
-    let host = Arc::new(RecordingHost::default());
-    let d = start_t3_medium(dir.path(), &ec2, &host, &[]).await;
+    let d = node.start(&[]).await;
     assert!(d.pool_snapshot().eni("eni-theirs").is_none());
     assert_eq!(d.limits().max_enis, 2);
     // A new ENI of ours goes to the next free device index.
     allocate(&d, 1).await;
     d.grow().await;
-    let ours = ec2
+    let ours = node
+        .ec2
         .enis()
         .into_iter()
         .find(|e| e.description.starts_with("aws-K8S-"))
         .unwrap();
     assert_eq!(ours.attachment.unwrap().device_index, 2);
     assert!(
-        !host.calls().iter().any(|c| c.contains("10.0.0.99")),
+        !node.host.calls().iter().any(|c| c.contains("10.0.0.99")),
         "{:?}",
-        host.calls()
+        node.host.calls()
     );
 }
 
@@ -257,10 +249,8 @@ async fn a_full_node_names_the_max_eni_limit() {
 
 #[tokio::test]
 async fn a_cold_add_waits_for_the_new_eni_instead_of_failing() {
-    let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
-    let host = Arc::new(RecordingHost::default());
-    let d = Arc::new(start_t3_medium(dir.path(), &ec2, &host, &[("IPAMD_ADD_WAIT", "5000")]).await);
+    let node = Node::at(0);
+    let d = Arc::new(node.start(&[("IPAMD_ADD_WAIT", "5000")]).await);
     // Take every address while no controller runs, so the pool is empty and must grow.
     for n in 1..=5 {
         allocate(&d, n).await;
@@ -280,7 +270,7 @@ async fn a_cold_add_waits_for_the_new_eni_instead_of_failing() {
     controller.abort();
 }
 
-/// The present as milliseconds: leak ages are read on the daemon's clock.
+/// The present as milliseconds: leak ages are read on the daemon's node.clock.
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -403,25 +393,19 @@ async fn leaked_enis_are_deleted_when_old_enough_and_ours() {
 
 #[tokio::test]
 async fn new_enis_carry_the_cluster_and_additional_tags() {
-    let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
-    let host = Arc::new(RecordingHost::default());
-    let d = start_t3_medium(
-        dir.path(),
-        &ec2,
-        &host,
-        &[
+    let node = Node::at(0);
+    let d = node
+        .start(&[
             ("CLUSTER_NAME", "prod"),
             (
                 "ADDITIONAL_ENI_TAGS",
                 r#"{"team":"net","node.k8s.amazonaws.com/instance_id":"forged"}"#,
             ),
-        ],
-    )
-    .await;
+        ])
+        .await;
     allocate(&d, 1).await;
     d.grow().await;
-    let tags = secondary(&ec2).tags;
+    let tags = secondary(&node.ec2).tags;
     assert_eq!(
         tags.get("cluster.k8s.amazonaws.com/name")
             .map(String::as_str),

@@ -14,34 +14,20 @@ use ipamd::daemon::DEAD_POD_GRACE;
 use pool::Clock;
 use support::*;
 
-fn secondary(ec2: &cloud::fake::FakeEc2) -> NetworkInterface {
-    ec2.enis()
-        .into_iter()
-        .find(|e| e.id != ENI)
-        .expect("a second ENI")
-}
-
 #[tokio::test]
 async fn a_restart_reclaims_addresses_whose_pods_went_while_it_was_down() {
-    let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
-    let clock = ManualClock::at(1_000);
-    let host = Arc::new(RecordingHost::default());
+    let node = Node::at(1_000);
     let (gone, running, just_added) = {
-        let d = start_with(dir.path(), &ec2, &clock, "t3.medium", &host, &[])
-            .await
-            .unwrap();
+        let d = node.start(&[]).await;
         let (gone, running) = (allocate(&d, 1).await.ip, allocate(&d, 2).await.ip);
-        clock.advance(DEAD_POD_GRACE + Duration::from_secs(1));
+        node.clock.advance(DEAD_POD_GRACE + Duration::from_secs(1));
         (gone, running, allocate(&d, 3).await.ip)
     };
     // While ipamd was away the plugin's DEL removed pod 1's route, and pod 3's ADD got its
     // reply but has not added the route yet; pod 2 runs on.
-    host.gone.lock().unwrap().extend([gone, just_added]);
+    node.host.gone.lock().unwrap().extend([gone, just_added]);
 
-    let d = start_with(dir.path(), &ec2, &clock, "t3.medium", &host, &[])
-        .await
-        .unwrap();
+    let d = node.start(&[]).await;
     let snapshot = d.pool_snapshot();
     assert!(
         snapshot.get(&pool_key(1)).is_none(),
@@ -53,7 +39,7 @@ async fn a_restart_reclaims_addresses_whose_pods_went_while_it_was_down() {
         Some(just_added),
         "an address assigned moments ago may be a live pod's"
     );
-    let counts = snapshot.counts(clock.now());
+    let counts = snapshot.counts(node.clock.now());
     assert_eq!(
         (counts.assigned, counts.cooling),
         (2, 1),
@@ -98,20 +84,19 @@ async fn a_prefix_delegation_eni_brings_its_prefix_into_the_pool() {
 
 #[tokio::test]
 async fn an_eni_replaced_at_the_same_index_keeps_its_table_for_the_successor() {
-    let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
-    let host = Arc::new(RecordingHost::default());
-    let d = start_t3_medium(dir.path(), &ec2, &host, &[]).await;
+    let node = Node::at(0);
+    let d = node.start(&[]).await;
     allocate(&d, 1).await;
     d.grow().await;
-    let old = secondary(&ec2);
+    let old = secondary(&node.ec2);
     let old_ip = old.primary_ip.unwrap();
-    ec2.detach_network_interface(&old.attachment.unwrap().id)
+    node.ec2
+        .detach_network_interface(&old.attachment.unwrap().id)
         .await
         .unwrap();
     // Before ipamd looks, another ENI of ours is attached at the same index.
     let successor_ip = Ipv4Addr::new(10, 0, 0, 200);
-    ec2.add_eni(
+    node.ec2.add_eni(
         NetworkInterface {
             id: "eni-successor".into(),
             mac: "02:00:00:00:00:c8".into(),
@@ -131,10 +116,10 @@ async fn an_eni_replaced_at_the_same_index_keeps_its_table_for_the_successor() {
         },
         "10.0.0.0/24".parse().unwrap(),
     );
-    let before = host.calls().len();
+    let before = node.host.calls().len();
     d.reconcile().await;
 
-    let calls = host.calls()[before..].to_vec();
+    let calls = node.host.calls()[before..].to_vec();
     assert_eq!(
         calls,
         vec![
@@ -153,17 +138,12 @@ async fn an_eni_replaced_at_the_same_index_keeps_its_table_for_the_successor() {
 
 #[tokio::test(start_paused = true)]
 async fn an_eni_whose_link_never_appears_pauses_growth_until_it_does() {
-    let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
-    let clock = ManualClock::at(0);
-    let host = Arc::new(RecordingHost::default());
-    let d = start_with(dir.path(), &ec2, &clock, "t3.medium", &host, &[])
-        .await
-        .unwrap();
-    host.missing_links.store(u32::MAX, Ordering::SeqCst);
+    let node = Node::at(0);
+    let d = node.start(&[]).await;
+    node.host.missing_links.store(u32::MAX, Ordering::SeqCst);
     allocate(&d, 1).await;
     d.grow().await;
-    assert_eq!(ec2.enis().len(), 2, "one ENI created");
+    assert_eq!(node.ec2.enis().len(), 2, "one ENI created");
     assert_eq!(
         d.pool_snapshot().enis().count(),
         1,
@@ -173,7 +153,7 @@ async fn an_eni_whose_link_never_appears_pauses_growth_until_it_does() {
     // Growth is paused, not retried with ENI after ENI.
     d.grow().await;
     d.grow().await;
-    assert_eq!(ec2.enis().len(), 2, "{:?}", ec2.calls());
+    assert_eq!(node.ec2.enis().len(), 2, "{:?}", node.ec2.calls());
     for n in 2..=5 {
         allocate(&d, n).await;
     }
@@ -186,26 +166,20 @@ async fn an_eni_whose_link_never_appears_pauses_growth_until_it_does() {
     );
 
     // The link shows up: the reconciliation adopts the ENI and pods get its addresses.
-    host.missing_links.store(0, Ordering::SeqCst);
-    clock.advance(Duration::from_secs(31));
+    node.host.missing_links.store(0, Ordering::SeqCst);
+    node.clock.advance(Duration::from_secs(31));
     d.reconcile().await;
     assert_eq!(d.pool_snapshot().enis().count(), 2);
     assert_eq!(allocate(&d, 6).await.device_number, 1);
-    assert_eq!(ec2.enis().len(), 2, "no ENI beyond the one waited for");
+    assert_eq!(node.ec2.enis().len(), 2, "no ENI beyond the one waited for");
 }
 
 #[tokio::test(start_paused = true)]
 async fn an_add_the_pool_will_not_grow_for_fails_at_once_naming_the_targets() {
-    let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
-    let host = Arc::new(RecordingHost::default());
-    let d = start_t3_medium(
-        dir.path(),
-        &ec2,
-        &host,
-        &[("MINIMUM_IP_TARGET", "2"), ("IPAMD_ADD_WAIT", "25000")],
-    )
-    .await;
+    let node = Node::at(0);
+    let d = node
+        .start(&[("MINIMUM_IP_TARGET", "2"), ("IPAMD_ADD_WAIT", "25000")])
+        .await;
     allocate(&d, 1).await;
     allocate(&d, 2).await;
     // MINIMUM_IP_TARGET=2 is met by the two addresses held, as in the Go CNI: nothing to wait for.

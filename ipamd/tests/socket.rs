@@ -7,6 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ipam_proto::{AddRequest, Client, ClientError, ErrorKind, MAX_FRAME_BYTES};
 use ipamd::server;
@@ -20,6 +21,9 @@ struct Served {
     _dir: tempfile::TempDir,
 }
 
+/// A short frame timeout, so the stalled-peer test waits a fraction of a second for it.
+const FRAME_TIMEOUT: Duration = Duration::from_millis(200);
+
 async fn serve(allowed_uid: u32) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let ec2 = ec2(6, "10.0.0.0/24");
@@ -29,7 +33,11 @@ async fn serve(allowed_uid: u32) -> Served {
     let (stop, stopped) = oneshot::channel();
     let d = Arc::clone(&daemon);
     tokio::spawn(async move {
-        server::serve(listener, d, allowed_uid, async {
+        let settings = server::Settings {
+            allowed_uid,
+            frame_timeout: FRAME_TIMEOUT,
+        };
+        server::serve(listener, d, settings, async {
             let _ = stopped.await;
         })
         .await
@@ -181,8 +189,9 @@ async fn a_peer_that_stalls_mid_frame_is_dropped_while_others_are_served() {
     let stalled = tokio::task::spawn_blocking(move || {
         let mut conn = UnixStream::connect(&socket).unwrap();
         conn.write_all(br#"{"v":1,"op":"sta"#).unwrap();
-        // Bounded: if the server never closed, this read fails instead of hanging.
-        conn.set_read_timeout(Some(server::FRAME_TIMEOUT * 3))
+        // Bounded: if the server never closed, this read fails instead of hanging. Generous, so
+        // only a server that ignores its frame timeout fails here.
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
         let mut answer = Vec::new();
         conn.read_to_end(&mut answer).map(|_| answer)

@@ -5,27 +5,30 @@
 //! Names are unique per process and test (pid + counter), and everything is removed on drop,
 //! also when a test fails.
 
-use std::io::Write;
-use std::net::Ipv4Addr;
+mod plugin;
+mod settle;
+
+use std::net::{Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
+
+pub use plugin::{Cni, Outcome, Pod, conf};
+pub use settle::{CONTROLLER_PERIOD, SETTLE_TIMEOUT};
+pub use testkit::cmd::{is_root, run_bounded};
+pub use testkit::netns::ip;
+pub use testkit::repo;
 
 /// The attribute reason every test here carries.
 pub const NEEDS_ROOT: &str = "needs root: run by scripts/test.sh as root";
 
-static COUNTER: AtomicU32 = AtomicU32::new(0);
-
-fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::SeqCst)
-    )
-}
+/// ipamd's introspection endpoints, inside a node.
+pub const INTROSPECT: &str = "http://127.0.0.1:61679";
+/// ipamd's metrics, inside a node.
+pub const METRICS: &str = "http://127.0.0.1:61678/metrics";
 
 /// Where the built binaries are: `VPC_CNI_BIN_DIR`, else the target directory this test
 /// binary was built into (`<target>/debug/deps/e2e-..` -> `<target>/debug`).
@@ -40,50 +43,14 @@ pub fn bin_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// The repository root.
-pub fn repo() -> PathBuf {
-    // Read at run time: clones share one target dir outside the tree, and cargo may reuse a
-    // test binary built in another clone whose compile-time path no longer exists.
-    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    manifest_dir.parent().expect("repo").to_path_buf()
-}
-
-/// Runs a command bounded to `secs` seconds (coreutils timeout), returning its output.
-pub fn run_bounded(secs: u32, program: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut cmd = Command::new("timeout");
-    cmd.arg(secs.to_string()).arg(program).args(args);
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawning {program}: {e}"));
-    if let Some(data) = stdin {
-        let mut pipe = child.stdin.take().expect("stdin");
-        pipe.write_all(data).expect("writing stdin");
-    }
-    child.wait_with_output().expect("waiting")
-}
-
-/// `ip <args>`, asserted to succeed; output lines with whitespace normalised.
-pub fn ip(args: &[&str]) -> Vec<String> {
-    let out = run_bounded(10, "ip", args, None);
-    assert!(
-        out.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-        .filter(|l| !l.is_empty())
-        .collect()
+/// `scripts/vpc-box.sh <args>`, bounded to `secs`, run through `env <env>` so a test can give
+/// it another environment (`VPC_CNI_BIN_DIR=...`, `-u VPC_CNI_BIN_DIR`).
+pub fn vpc_box(secs: u32, env: &[&str], args: &[&str]) -> Output {
+    let script = repo().join("scripts/vpc-box.sh");
+    let mut all = env.to_vec();
+    all.push(script.to_str().expect("a UTF-8 path"));
+    all.extend_from_slice(args);
+    run_bounded(secs, "env", &all, None)
 }
 
 /// One node of the box, as vpc-box.sh describes it.
@@ -114,34 +81,12 @@ pub struct Node {
 }
 
 impl Node {
-    /// `curl` of `url` from inside the node (where ipamd's HTTP endpoints listen): the HTTP
-    /// status and the body.
+    /// GET `url` from inside the node (where ipamd's HTTP endpoints listen): the HTTP status
+    /// and the body.
     pub fn get(&self, url: &str) -> (u16, String) {
-        let out = run_bounded(
-            15,
-            "ip",
-            &[
-                "netns",
-                "exec",
-                &self.netns,
-                "curl",
-                "-sS",
-                "--max-time",
-                "10",
-                "-w",
-                "\n%{http_code}",
-                url,
-            ],
-            None,
-        );
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "curl {url}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let (body, code) = text.rsplit_once('\n').expect("curl prints the status last");
-        (code.trim().parse().expect("HTTP status"), body.to_string())
+        let (host, path) = testkit::http::split_url(url);
+        let stream = testkit::netns::connect_in(&self.netns, &testkit::http::with_port(host));
+        testkit::http::exchange(stream, "GET", host, path, &[], "")
     }
 
     /// GET `url` from inside the node, expecting 200 and JSON.
@@ -174,6 +119,7 @@ pub struct Outside {
 struct BoxInfo {
     name: String,
     ec2_endpoint: String,
+    run_dir: String,
     subnets: Vec<Subnet>,
     nodes: Vec<Node>,
     outside: Option<Outside>,
@@ -188,11 +134,15 @@ pub struct VpcBox {
 impl VpcBox {
     /// `vpc-box.sh up --name <unique> <args>`.
     pub fn up(args: &[&str]) -> VpcBox {
-        let name = unique("e");
-        let script = repo().join("scripts/vpc-box.sh");
+        VpcBox::up_with_env(&[], args)
+    }
+
+    /// [`VpcBox::up`] with `env` for the script (see [`vpc_box`]).
+    pub fn up_with_env(env: &[&str], args: &[&str]) -> VpcBox {
+        let name = testkit::unique("e");
         let mut all = vec!["up", "--name", name.as_str()];
         all.extend_from_slice(args);
-        let out = run_bounded(120, script.to_str().expect("path"), &all, None);
+        let out = vpc_box(120, env, &all);
         assert!(
             out.status.success(),
             "vpc-box up failed:\n{}",
@@ -221,6 +171,11 @@ impl VpcBox {
         &self.info.name
     }
 
+    /// Where vpc-box.sh keeps the box's state.
+    pub fn run_dir(&self) -> &Path {
+        Path::new(&self.info.run_dir)
+    }
+
     /// Node `i` (1-based).
     pub fn node(&self, i: usize) -> &Node {
         &self.info.nodes[i - 1]
@@ -239,6 +194,22 @@ impl VpcBox {
             .expect("the box has an outside namespace")
     }
 
+    /// One request to vpc-sim's EC2 endpoint (in the machine's namespace, on loopback).
+    fn sim_http(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        let (host, _) = testkit::http::split_url(&self.info.ec2_endpoint);
+        let stream = TcpStream::connect(host).expect("connecting to vpc-sim");
+        let form = [("Content-Type", "application/x-www-form-urlencoded")];
+        testkit::http::exchange(stream, method, host, path, &form, body)
+    }
+
+    /// vpc-sim's JSON answer to `method path`, which must succeed.
+    fn sim_json(&self, method: &str, path: &str, body: &str) -> Value {
+        let (status, body) = self.sim_http(method, path, body);
+        assert_eq!(status, 200, "{method} {path}: {body}");
+        serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("{method} {path} is not JSON ({e}): {body}"))
+    }
+
     /// One EC2 Query API call on the root-namespace endpoint (vpc-sim does not check
     /// signatures); returns the HTTP status and the XML body.
     pub fn ec2(&self, params: &[(&str, &str)]) -> (u16, String) {
@@ -246,41 +217,28 @@ impl VpcBox {
         for (k, v) in params {
             form.push_str(&format!("&{}={}", urlencode(k), urlencode(v)));
         }
-        http(&self.info.ec2_endpoint, "POST", "/", &form)
+        self.sim_http("POST", "/", &form)
     }
 
     /// vpc-sim's whole model as JSON (`GET /_sim/state`).
     pub fn sim_state(&self) -> Value {
-        let (status, body) = http(&self.info.ec2_endpoint, "GET", "/_sim/state", "");
-        assert_eq!(status, 200, "{body}");
-        serde_json::from_str(&body).expect("sim state JSON")
+        self.sim_json("GET", "/_sim/state", "")
     }
 
     /// EC2 requests vpc-sim has received so far, by action (`GET /_sim/calls`).
     pub fn sim_calls(&self) -> std::collections::BTreeMap<String, u64> {
-        let (status, body) = http(&self.info.ec2_endpoint, "GET", "/_sim/calls", "");
-        assert_eq!(status, 200, "{body}");
-        serde_json::from_str(&body).expect("sim calls JSON")
+        serde_json::from_value(self.sim_json("GET", "/_sim/calls", "")).expect("sim calls JSON")
     }
 
     /// Replaces vpc-sim's fault plan (`PUT /_sim/faults`; `{}` turns faults off) and returns
     /// its report.
     pub fn set_faults(&self, plan: &Value) -> Value {
-        let (status, body) = http(
-            &self.info.ec2_endpoint,
-            "PUT",
-            "/_sim/faults",
-            &plan.to_string(),
-        );
-        assert_eq!(status, 200, "{body}");
-        serde_json::from_str(&body).expect("fault report JSON")
+        self.sim_json("PUT", "/_sim/faults", &plan.to_string())
     }
 
     /// vpc-sim's fault report: the plan and the faults injected so far (`GET /_sim/faults`).
     pub fn faults(&self) -> Value {
-        let (status, body) = http(&self.info.ec2_endpoint, "GET", "/_sim/faults", "");
-        assert_eq!(status, 200, "{body}");
-        serde_json::from_str(&body).expect("fault report JSON")
+        self.sim_json("GET", "/_sim/faults", "")
     }
 
     /// What ipamd on node `i` holds for an attachment.
@@ -292,10 +250,9 @@ impl VpcBox {
     }
 
     fn script(&self, args: &[&str]) -> String {
-        let script = repo().join("scripts/vpc-box.sh");
         let mut all = args.to_vec();
         all.extend_from_slice(&["--name", self.name()]);
-        let out = run_bounded(60, script.to_str().expect("path"), &all, None);
+        let out = vpc_box(60, &[], &all);
         assert!(
             out.status.success(),
             "vpc-box {args:?}: {}",
@@ -332,94 +289,36 @@ impl VpcBox {
     /// A new pod namespace behind node `node`.
     pub fn pod(&self, node: usize) -> Pod {
         let k = self.pods.fetch_add(1, Ordering::SeqCst);
-        let netns = format!("{}-p{k}", self.name());
-        ip(&["netns", "add", &netns]);
-        Pod {
-            netns,
-            name: format!("pod{k}"),
-            container_id: format!("ctr{k}{}", self.name().replace('-', "")),
-            node: self.node(node).clone(),
-        }
+        Pod::new(
+            format!("{}-p{k}", self.name()),
+            format!("pod{k}"),
+            format!("ctr{k}{}", self.name().replace('-', "")),
+            self.node(node).clone(),
+        )
+    }
+
+    /// `n` new pods behind node `node`, each ADDed (cniVersion 1.1.0); with their results.
+    pub fn add_pods(&self, node: usize, n: usize) -> (Vec<Pod>, Vec<Value>) {
+        let pods: Vec<Pod> = (0..n).map(|_| self.pod(node)).collect();
+        let results = pods.iter().map(Pod::add).collect();
+        (pods, results)
+    }
+
+    /// `vpc-box.sh down` with `env` for the script (see [`vpc_box`]).
+    pub fn down_with_env(&self, env: &[&str]) -> Output {
+        vpc_box(60, env, &["down", "--name", self.name()])
     }
 }
 
 impl Drop for VpcBox {
     fn drop(&mut self) {
-        let script = repo().join("scripts/vpc-box.sh");
-        let out = run_bounded(
-            60,
-            script.to_str().unwrap_or("vpc-box.sh"),
-            &["down", "--name", self.name()],
-            None,
-        );
+        let out = self.down_with_env(&[]);
         if !out.status.success() {
             eprintln!(
                 "vpc-box down failed: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-    }
-}
-
-/// A pod: a network namespace behind a node, and the identity the runtime gives it.
-pub struct Pod {
-    /// The netns name (under /run/netns).
-    pub netns: String,
-    /// K8S_POD_NAME (namespace is `default`).
-    pub name: String,
-    /// CNI_CONTAINERID.
-    pub container_id: String,
-    /// The node it is on.
-    pub node: Node,
-}
-
-impl Pod {
-    /// `/run/netns/<netns>`.
-    pub fn netns_path(&self) -> String {
-        format!("/run/netns/{}", self.netns)
-    }
-
-    /// The plugin call for this pod's eth0 attachment.
-    pub fn cni(&self, verb: &str) -> Cni {
-        Cni::new(verb, &self.node)
-            .env("CNI_CONTAINERID", &self.container_id)
-            .env("CNI_NETNS", &self.netns_path())
-            .env("CNI_IFNAME", "eth0")
-            .env(
-                "CNI_ARGS",
-                &format!(
-                    "K8S_POD_INFRA_CONTAINER_ID={};IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={}",
-                    self.container_id, self.name
-                ),
-            )
-    }
-
-    /// One ping from the node to `ip`, bounded.
-    pub fn ping_from_node(&self, ip: &str) -> bool {
-        run_bounded(
-            5,
-            "ip",
-            &[
-                "netns",
-                "exec",
-                &self.node.netns,
-                "ping",
-                "-c",
-                "1",
-                "-W",
-                "2",
-                ip,
-            ],
-            None,
-        )
-        .status
-        .success()
-    }
-}
-
-impl Drop for Pod {
-    fn drop(&mut self) {
-        let _ = run_bounded(10, "ip", &["netns", "del", &self.netns], None);
     }
 }
 
@@ -432,179 +331,6 @@ fn urlencode(s: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
-}
-
-/// A minimal HTTP/1.1 exchange (Connection: close), enough for vpc-sim's endpoints.
-fn http(endpoint: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    use std::io::Read;
-    let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
-    let mut stream = std::net::TcpStream::connect(host).expect("connecting to vpc-sim");
-    stream
-        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
-        .expect("timeout");
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).expect("sending");
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).expect("reading");
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    // vpc-sim answers with a Content-Length body; chunked encoding would need decoding.
-    (status, body.to_string())
-}
-
-/// A network config for the plugin.
-pub fn conf(version: &str, socket: &str, extra: Value) -> String {
-    let mut c = json!({
-        "cniVersion": version,
-        "name": "vpc-cni",
-        "type": "vpc-cni",
-        "ipamdSocket": socket,
-    });
-    if let (Some(map), Value::Object(extra)) = (c.as_object_mut(), extra) {
-        map.extend(extra);
-    }
-    c.to_string()
-}
-
-/// One plugin invocation inside a node's namespace, as a runtime on that node makes it.
-pub struct Cni {
-    netns: String,
-    env: Vec<(String, String)>,
-    stdin: Vec<u8>,
-}
-
-/// What the plugin did.
-#[derive(Debug)]
-pub struct Outcome {
-    /// Exit code.
-    pub code: i32,
-    /// Standard output.
-    pub stdout: String,
-    /// Standard error (the plugin logs there without pluginLogFile).
-    pub stderr: String,
-}
-
-impl Cni {
-    /// `verb` on `node`.
-    pub fn new(verb: &str, node: &Node) -> Cni {
-        Cni {
-            netns: node.netns.clone(),
-            env: vec![
-                ("CNI_COMMAND".into(), verb.into()),
-                ("CNI_PATH".into(), bin_dir().display().to_string()),
-            ],
-            stdin: Vec::new(),
-        }
-    }
-
-    /// Sets (or replaces) an environment variable.
-    pub fn env(mut self, key: &str, value: &str) -> Cni {
-        self.env.retain(|(k, _)| k != key);
-        self.env.push((key.into(), value.into()));
-        self
-    }
-
-    /// Removes an environment variable.
-    pub fn unset(mut self, key: &str) -> Cni {
-        self.env.retain(|(k, _)| k != key);
-        self
-    }
-
-    /// The network config on stdin.
-    pub fn stdin(mut self, data: impl Into<Vec<u8>>) -> Cni {
-        self.stdin = data.into();
-        self
-    }
-
-    /// Runs `ip netns exec <node> env -i <env> vpc-cni`.
-    pub fn run(self) -> Outcome {
-        let plugin = bin_dir().join("vpc-cni");
-        let mut args: Vec<String> = vec![
-            "netns".into(),
-            "exec".into(),
-            self.netns.clone(),
-            "env".into(),
-            "-i".into(),
-        ];
-        args.extend(self.env.iter().map(|(k, v)| format!("{k}={v}")));
-        args.push(plugin.display().to_string());
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = run_bounded(60, "ip", &args, Some(&self.stdin));
-        Outcome {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-}
-
-impl Outcome {
-    /// Asserts success and returns the parsed result.
-    pub fn ok(&self) -> Value {
-        assert_eq!(
-            self.code, 0,
-            "plugin failed: {}\n{}",
-            self.stdout, self.stderr
-        );
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.stdout))
-    }
-
-    /// Asserts success with nothing on stdout (DEL, CHECK, STATUS, GC).
-    pub fn ok_silent(&self) {
-        assert_eq!(
-            self.code, 0,
-            "plugin failed: {}\n{}",
-            self.stdout, self.stderr
-        );
-        assert!(
-            self.stdout.trim().is_empty(),
-            "unexpected stdout: {}",
-            self.stdout
-        );
-    }
-
-    /// Asserts a CNI error with `code` whose message or details contain `needle`.
-    pub fn error(&self, code: u64, needle: &str) -> Value {
-        assert_eq!(
-            self.code, 1,
-            "expected failure, got {}: {}\n{}",
-            self.code, self.stdout, self.stderr
-        );
-        let err: Value = serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("error is not JSON ({e}): {}", self.stdout));
-        assert_eq!(err["code"].as_u64(), Some(code), "{err}");
-        let text = format!(
-            "{} {}",
-            err["msg"].as_str().unwrap_or(""),
-            err["details"].as_str().unwrap_or("")
-        );
-        assert!(
-            text.contains(needle),
-            "error does not mention {needle:?}: {err}"
-        );
-        err
-    }
-}
-
-/// Whether the caller is root.
-pub fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix("Uid:")
-                    .map(|u| u.split_whitespace().next() == Some("0"))
-            })
-        })
-        .unwrap_or(false)
 }
 
 /// Panics with a clear message when not root: these tests are ignored by default and only

@@ -106,6 +106,8 @@ impl Run<'_> {
             }
             self.tally.add_failures.fetch_add(1, Ordering::SeqCst);
             self.del(pod, None);
+            // The runtime's retry pause: part of the scenario (ADDs keep coming while ipamd is
+            // down), not a wait for anything.
             sleep(Duration::from_millis(50));
         }
         self.tally
@@ -174,14 +176,13 @@ impl Run<'_> {
     fn killer(&self, kills: usize, rng: &mut Rng) {
         for k in 1..=kills {
             let due = k * self.pods / (kills + 1);
-            let deadline = Instant::now() + Duration::from_secs(300);
-            while self.tally.done.load(Ordering::SeqCst) < due {
-                assert!(
-                    Instant::now() < deadline,
-                    "the churn stalled before kill {k}"
-                );
-                sleep(Duration::from_millis(5));
-            }
+            testkit::wait_until(
+                Duration::from_secs(300),
+                &format!("the churn to retire {due} pods before kill {k}"),
+                || self.tally.done.load(Ordering::SeqCst) >= due,
+            );
+            // The moment of the kill and how long ipamd stays down are random on purpose: the
+            // scenario's pacing, not waits for anything.
             sleep(Duration::from_millis(rng.below(150)));
             self.vbox.stop_ipamd(1, true);
             // Down for a while: ADDs fail, DELs are handled from prevResult.
@@ -269,15 +270,14 @@ fn sigkills_during_parallel_churn_never_duplicate_or_leak_an_address() {
 
     // ipamd gives the surplus back (one round per 30 s) down to the primary ENI, which alone
     // covers WARM_ENI_TARGET=1 with no pod; then EC2, ipamd and the node agree.
-    let deadline = Instant::now() + Duration::from_secs(180);
-    while ec2_view(&vbox, 1).0.len() > 1 || agreement(&vbox, 1).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "the pool never settled: {:?}",
-            agreement(&vbox, 1)
-        );
-        sleep(Duration::from_secs(1));
-    }
+    testkit::wait_ok(
+        Duration::from_secs(180),
+        "the surplus ENIs to go and EC2, ipamd and the node to agree",
+        || match ec2_view(&vbox, 1).0.len() {
+            1 => agreement(&vbox, 1),
+            enis => Err(format!("{enis} ENIs attached")),
+        },
+    );
     // And so does the store, read directly once ipamd is stopped.
     vbox.stop_ipamd(1, false);
     assert_store_agrees(&vbox);
@@ -294,19 +294,10 @@ fn sigkills_during_parallel_churn_never_duplicate_or_leak_an_address() {
 /// ipamd's store (opened directly; ipamd must be stopped) holds exactly EC2's addresses on the
 /// node's ENIs, and none of them for a pod.
 fn assert_store_agrees(vbox: &VpcBox) {
-    let dir = std::path::Path::new(&vbox.node(1).state_dir);
-    let mut opened = None;
-    for _ in 0..150 {
-        match store::SledStore::open(dir) {
-            Ok(s) => {
-                opened = Some(s);
-                break;
-            }
-            Err(_) => sleep(Duration::from_millis(20)),
-        }
-    }
-    let stored = pool::StateStore::load(&opened.expect("the store opens once ipamd is gone"))
-        .expect("the store reads back");
+    // Opening waits for the stopped ipamd's lock to go.
+    let opened = store::SledStore::open(std::path::Path::new(&vbox.node(1).state_dir))
+        .expect("the store opens once ipamd is gone");
+    let stored = pool::StateStore::load(&opened).expect("the store reads back");
     let mut by_eni: BTreeMap<String, std::collections::BTreeSet<String>> = stored
         .enis
         .iter()

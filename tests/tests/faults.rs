@@ -32,6 +32,8 @@ fn add_until_ok(pod: &Pod, c: &str, socket: &str) -> (Value, usize) {
             .stdin(conf("1.1.0", socket, json!({})))
             .run()
             .ok_silent();
+        // Kubelet's retry pause: part of the scenario (ADDs keep coming while EC2 misbehaves),
+        // not a wait for anything.
         sleep(Duration::from_millis(500));
     }
     panic!("ADD of {} never succeeded", pod.container_id);
@@ -106,10 +108,7 @@ fn ec2_faults_during_scale_up_are_survived_backed_off_and_converged() {
         extra.push((pod, result));
         if extra.len() > 4 {
             let (pod, result) = extra.remove(0);
-            pod.cni("DEL")
-                .stdin(conf("1.1.0", &socket, json!({ "prevResult": result })))
-                .run()
-                .ok_silent();
+            pod.del(&result);
         }
         assert!(alive(pid), "ipamd (pid {pid}) died");
     }

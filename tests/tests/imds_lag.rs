@@ -4,12 +4,13 @@
 
 mod common;
 
-use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
-use e2e::{VpcBox, conf, require_root};
+use e2e::{Node, VpcBox, conf, require_root};
 use serde_json::json;
+use testkit::http::{exchange, split_url, with_port};
+use testkit::netns::connect_in;
 
 fn calls(vbox: &VpcBox, action: &str) -> u64 {
     vbox.sim_calls().get(action).copied().unwrap_or(0)
@@ -17,15 +18,44 @@ fn calls(vbox: &VpcBox, action: &str) -> u64 {
 
 /// Waits (bounded) until vpc-sim has received `n` calls of `action`.
 fn wait_for_calls(vbox: &VpcBox, action: &str, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while calls(vbox, action) < n {
-        assert!(
-            Instant::now() < deadline,
-            "{action} never reached {n}: {:?}",
-            vbox.sim_calls()
-        );
-        sleep(Duration::from_millis(20));
-    }
+    testkit::wait_ok(
+        Duration::from_secs(60),
+        &format!("{n} {action} calls"),
+        || match calls(vbox, action) {
+            done if done >= n => Ok(()),
+            _ => Err(format!("{:?}", vbox.sim_calls())),
+        },
+    );
+}
+
+/// How many ENIs the node's IMDS lists now, asked from inside the node as ipamd asks it
+/// (IMDSv2: a session token first).
+fn imds_enis(node: &Node) -> usize {
+    let env = std::fs::read_to_string(&node.ipamd_env).expect("ipamd's environment");
+    let endpoint = env
+        .lines()
+        .find_map(|l| l.strip_prefix("AWS_EC2_METADATA_SERVICE_ENDPOINT="))
+        .expect("ipamd's IMDS endpoint");
+    let (host, _) = split_url(endpoint);
+    let ask = |method: &str, path: &str, header: (&str, &str)| {
+        let stream = connect_in(&node.netns, &with_port(host));
+        let (status, body) = exchange(stream, method, host, path, &[header], "");
+        assert_eq!(status, 200, "{method} {path}: {body}");
+        body
+    };
+    let token = ask(
+        "PUT",
+        "/latest/api/token",
+        ("X-aws-ec2-metadata-token-ttl-seconds", "60"),
+    );
+    ask(
+        "GET",
+        "/latest/meta-data/network/interfaces/macs/",
+        ("X-aws-ec2-metadata-token", &token),
+    )
+    .lines()
+    .filter(|l| !l.trim().is_empty())
+    .count()
 }
 
 #[test]
@@ -55,8 +85,13 @@ fn a_lagging_imds_causes_no_double_attach_and_no_lost_eni() {
             vbox.start_ipamd(1);
         }
     }
-    // Reconciliation runs every second through the rest of the lag and after it.
-    sleep(Duration::from_secs(7));
+    // Reconciliation runs every second through the rest of the lag, until IMDS shows every
+    // ENI, and after it while the pool settles.
+    testkit::wait_until(
+        Duration::from_secs(60),
+        "IMDS to list the node's three ENIs",
+        || imds_enis(vbox.node(1)) == 3,
+    );
     settle_and_agree(&vbox, 1);
 
     let (attached, _) = ec2_view(&vbox, 1);

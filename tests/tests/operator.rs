@@ -3,17 +3,12 @@
 
 mod common;
 
-use std::collections::BTreeSet;
-use std::io::Write;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
-use e2e::{VpcBox, bin_dir, conf, repo, require_root, run_bounded};
+use e2e::{INTROSPECT, METRICS, VpcBox, bin_dir, repo, require_root, run_bounded};
 use serde_json::{Value, json};
-
-const INTROSPECT: &str = "http://127.0.0.1:61679";
-const METRICS: &str = "http://127.0.0.1:61678/metrics";
 
 /// The value of the sample `series` (name with labels, exactly as exposed) in `text`.
 fn sample(text: &str, series: &str) -> Option<f64> {
@@ -32,12 +27,10 @@ fn every_endpoint_answers_in_its_documented_shape() {
     require_root();
     let vbox = VpcBox::up(&["--ipamd-env", "WARM_IP_TARGET=3"]);
     let node = vbox.node(1);
-    let c = conf("1.1.0", &node.ipamd_socket, json!({}));
-    let pods: Vec<_> = (0..2).map(|_| vbox.pod(1)).collect();
-    let ips: Vec<String> = pods
-        .iter()
-        .map(|p| pod_ip(&p.cni("ADD").stdin(c.clone()).run().ok()))
-        .collect();
+    let (pods, results) = vbox.add_pods(1, 2);
+    let ips: Vec<String> = results.iter().map(pod_ip).collect();
+    // The pool tops up to WARM_IP_TARGET after the ADDs: read it once that is done.
+    node.quiesce();
 
     // `/` and unknown paths list the endpoints, as the Go CNI's do.
     let root = node.get_json(&format!("{INTROSPECT}/"));
@@ -182,40 +175,9 @@ fn every_endpoint_answers_in_its_documented_shape() {
 
 /// `promtool check metrics` finds nothing but the lines the allow-list keeps on purpose.
 fn promtool_accepts(metrics: &str) {
-    let allowed: BTreeSet<String> =
-        std::fs::read_to_string(repo().join("crates/introspect/promtool-allow.txt"))
-            .unwrap()
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with('#'))
-            .map(str::to_string)
-            .collect();
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (scripts/test.sh installs it)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(metrics.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // 0: clean; 3: lint findings only. 1 would be a parse error.
-    assert!(matches!(out.status.code(), Some(0 | 3)), "promtool: {text}");
-    let unexpected: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !allowed.contains(*l))
-        .collect();
+    let allowed = testkit::promtool::allowed(&repo().join("crates/introspect/promtool-allow.txt"));
+    let findings = testkit::promtool::findings(metrics);
+    let unexpected: Vec<&String> = findings.difference(&allowed).collect();
     assert!(
         unexpected.is_empty(),
         "promtool findings not in the allow-list: {unexpected:#?}"
@@ -228,12 +190,7 @@ fn a_node_switching_from_aws_node_keeps_its_pods_addresses() {
     require_root();
     let vbox = VpcBox::up(&["--ipamd-env", "MAX_ENI=1"]);
     let node = vbox.node(1);
-    let c = conf("1.1.0", &node.ipamd_socket, json!({}));
-    let pods: Vec<_> = (0..3).map(|_| vbox.pod(1)).collect();
-    let results: Vec<Value> = pods
-        .iter()
-        .map(|p| p.cni("ADD").stdin(c.clone()).run().ok())
-        .collect();
+    let (pods, results) = vbox.add_pods(1, 3);
     let ips: Vec<String> = results.iter().map(pod_ip).collect();
 
     // What aws-node leaves behind: the pods' wiring, EC2's addresses and its checkpoint, but
@@ -295,7 +252,7 @@ fn a_node_switching_from_aws_node_keeps_its_pods_addresses() {
     assert_eq!(kept, want);
     for (pod, result) in pods.iter().zip(&results) {
         pod.cni("CHECK")
-            .stdin(conf(
+            .stdin(e2e::conf(
                 "1.1.0",
                 &node.ipamd_socket,
                 json!({ "prevResult": result }),
@@ -318,20 +275,12 @@ fn a_node_switching_from_aws_node_keeps_its_pods_addresses() {
 
     // A new pod never gets a migrated address; a migrated pod's DEL releases its address.
     let newcomer = vbox.pod(1);
-    let fresh = pod_ip(&newcomer.cni("ADD").stdin(c.clone()).run().ok());
+    let fresh = pod_ip(&newcomer.add());
     assert!(
         !ips.contains(&fresh),
         "{fresh} was still held by a migrated pod"
     );
-    pods[0]
-        .cni("DEL")
-        .stdin(conf(
-            "1.1.0",
-            &node.ipamd_socket,
-            json!({ "prevResult": results[0] }),
-        ))
-        .run()
-        .ok_silent();
+    pods[0].del(&results[0]);
     assert_eq!(vbox.status(1).pool.assigned, 3);
 }
 
@@ -341,15 +290,12 @@ struct Entrypoint(Child);
 impl Drop for Entrypoint {
     fn drop(&mut self) {
         let _ = Command::new("kill").arg(self.0.id().to_string()).status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        if !testkit::within(Duration::from_secs(10), || {
+            matches!(self.0.try_wait(), Ok(Some(_)))
+        }) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
         }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -411,11 +357,9 @@ fn the_entrypoint_installs_the_plugin_and_writes_the_conflist_once_ipamd_serves(
     );
 
     let conflist = netd.join("10-vpc-cni.conflist");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !conflist.exists() {
-        assert!(Instant::now() < deadline, "no conflist within 30 s");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    testkit::wait_until(Duration::from_secs(30), "the entrypoint's conflist", || {
+        conflist.exists()
+    });
     // By then the plugin was in place and ipamd was serving: the log says in which order.
     assert_eq!(
         std::fs::read(bin.join("vpc-cni")).unwrap(),

@@ -4,15 +4,17 @@
 
 mod common;
 
-use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use common::*;
 use e2e::{Pod, VpcBox, conf, require_root};
 use serde_json::{Value, json};
 
+/// ENIs, secondary /32s and /28 prefixes.
+type Counts = (usize, usize, usize);
+
 /// ENIs attached to node 1, their secondary /32s and their /28 prefixes, per vpc-sim.
-fn counts(vbox: &VpcBox) -> (usize, usize, usize) {
+fn counts(vbox: &VpcBox) -> Counts {
     let instance = vbox.node(1).instance_id.clone();
     let state = vbox.sim_state();
     let enis: Vec<&Value> = state["enis"]
@@ -29,26 +31,13 @@ fn counts(vbox: &VpcBox) -> (usize, usize, usize) {
     )
 }
 
-/// The counts once they have held still for longer than ipamd's controller period (5 s), so
-/// a pause between two of its rounds is not taken for the end of growth.
-fn settled(vbox: &VpcBox) -> (usize, usize, usize) {
-    const STILL_FOR: Duration = Duration::from_secs(6);
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let mut last = counts(vbox);
-    let mut since = Instant::now();
-    loop {
-        sleep(Duration::from_secs(1));
-        let now = counts(vbox);
-        if now != last {
-            (last, since) = (now, Instant::now());
-        } else if since.elapsed() >= STILL_FOR {
-            return now;
-        }
-        assert!(Instant::now() < deadline, "the pool kept changing: {now:?}");
-    }
+/// The counts once ipamd's pool has settled.
+fn settled(vbox: &VpcBox) -> Counts {
+    vbox.node(1).quiesce();
+    counts(vbox)
 }
 
-fn scenario(instance: &str, env: &[&str], expected: (usize, usize, usize)) {
+fn scenario(instance: &str, env: &[&str], expected: Counts) {
     let mut args = vec!["--instance-type", instance];
     for e in env {
         args.extend(["--ipamd-env", e]);
@@ -61,34 +50,41 @@ fn scenario(instance: &str, env: &[&str], expected: (usize, usize, usize)) {
     );
 }
 
+/// (ENIs, /32s, /28s) per target setting, on m5.large (3 ENIs x 10 IPv4: 9 secondaries each)
+/// and on t3.medium (3 ENIs x 6 IPv4: 5 secondaries each; targets beyond 15 stop at the ENI
+/// limit): the Go CNI's integration list.
+const TARGETS: [(&[&str], Counts, Counts); 11] = [
+    (&[], (1, 9, 0), (1, 5, 0)),
+    (&["WARM_ENI_TARGET=2"], (2, 18, 0), (2, 10, 0)),
+    (&["WARM_ENI_TARGET=3"], (3, 27, 0), (3, 15, 0)),
+    (&["WARM_ENI_TARGET=3", "MAX_ENI=2"], (2, 18, 0), (2, 10, 0)),
+    (&["WARM_IP_TARGET=2"], (1, 2, 0), (1, 2, 0)),
+    (&["WARM_IP_TARGET=16"], (2, 16, 0), (3, 15, 0)),
+    (&["MINIMUM_IP_TARGET=2"], (1, 2, 0), (1, 2, 0)),
+    (&["MINIMUM_IP_TARGET=16"], (2, 16, 0), (3, 15, 0)),
+    (
+        &["MINIMUM_IP_TARGET=6", "WARM_IP_TARGET=10"],
+        (2, 10, 0),
+        (2, 10, 0),
+    ),
+    (
+        &["ENABLE_PREFIX_DELEGATION=true", "WARM_PREFIX_TARGET=1"],
+        (1, 0, 1),
+        (1, 0, 1),
+    ),
+    (
+        &["ENABLE_PREFIX_DELEGATION=true", "WARM_PREFIX_TARGET=2"],
+        (1, 0, 2),
+        (1, 0, 2),
+    ),
+];
+
 #[test]
 #[ignore = "needs root: run by scripts/test.sh as root"]
 fn m5_large_targets_give_the_go_cnis_counts() {
     require_root();
-    // m5.large: 3 ENIs x 10 IPv4 (9 secondaries each).
-    for (env, expected) in [
-        (&[][..], (1, 9, 0)),
-        (&["WARM_ENI_TARGET=2"][..], (2, 18, 0)),
-        (&["WARM_ENI_TARGET=3"][..], (3, 27, 0)),
-        (&["WARM_ENI_TARGET=3", "MAX_ENI=2"][..], (2, 18, 0)),
-        (&["WARM_IP_TARGET=2"][..], (1, 2, 0)),
-        (&["WARM_IP_TARGET=16"][..], (2, 16, 0)),
-        (&["MINIMUM_IP_TARGET=2"][..], (1, 2, 0)),
-        (&["MINIMUM_IP_TARGET=16"][..], (2, 16, 0)),
-        (
-            &["MINIMUM_IP_TARGET=6", "WARM_IP_TARGET=10"][..],
-            (2, 10, 0),
-        ),
-        (
-            &["ENABLE_PREFIX_DELEGATION=true", "WARM_PREFIX_TARGET=1"][..],
-            (1, 0, 1),
-        ),
-        (
-            &["ENABLE_PREFIX_DELEGATION=true", "WARM_PREFIX_TARGET=2"][..],
-            (1, 0, 2),
-        ),
-    ] {
-        scenario("m5.large", env, expected);
+    for (env, m5_large, _) in TARGETS {
+        scenario("m5.large", env, m5_large);
     }
 }
 
@@ -96,38 +92,9 @@ fn m5_large_targets_give_the_go_cnis_counts() {
 #[ignore = "needs root: run by scripts/test.sh as root"]
 fn t3_medium_targets_give_the_go_cnis_counts() {
     require_root();
-    // t3.medium: 3 ENIs x 6 IPv4 (5 secondaries each); targets beyond 15 stop at the ENI limit.
-    for (env, expected) in [
-        (&[][..], (1, 5, 0)),
-        (&["WARM_ENI_TARGET=2"][..], (2, 10, 0)),
-        (&["WARM_ENI_TARGET=3"][..], (3, 15, 0)),
-        (&["WARM_ENI_TARGET=3", "MAX_ENI=2"][..], (2, 10, 0)),
-        (&["WARM_IP_TARGET=2"][..], (1, 2, 0)),
-        (&["WARM_IP_TARGET=16"][..], (3, 15, 0)),
-        (&["MINIMUM_IP_TARGET=2"][..], (1, 2, 0)),
-        (&["MINIMUM_IP_TARGET=16"][..], (3, 15, 0)),
-        (
-            &["MINIMUM_IP_TARGET=6", "WARM_IP_TARGET=10"][..],
-            (2, 10, 0),
-        ),
-        (
-            &["ENABLE_PREFIX_DELEGATION=true", "WARM_PREFIX_TARGET=1"][..],
-            (1, 0, 1),
-        ),
-        (
-            &["ENABLE_PREFIX_DELEGATION=true", "WARM_PREFIX_TARGET=2"][..],
-            (1, 0, 2),
-        ),
-    ] {
-        scenario("t3.medium", env, expected);
+    for (env, _, t3_medium) in TARGETS {
+        scenario("t3.medium", env, t3_medium);
     }
-}
-
-fn add(vbox: &VpcBox, pod: &Pod) -> Value {
-    pod.cni("ADD")
-        .stdin(conf("1.1.0", &vbox.node(1).ipamd_socket, json!({})))
-        .run()
-        .ok()
 }
 
 #[test]
@@ -143,33 +110,25 @@ fn scaling_to_max_pods_and_back_to_zero_restores_the_eni_count() {
     let before = settled(&vbox);
     assert_eq!(before, (1, 5, 0));
     // t3.medium runs 17 pods, two of them host-network: 15 addresses.
-    let pods: Vec<Pod> = (0..15).map(|_| vbox.pod(1)).collect();
-    let results: Vec<Value> = pods.iter().map(|p| add(&vbox, p)).collect();
+    let (pods, results) = vbox.add_pods(1, 15);
     let mut ips: Vec<String> = results.iter().map(pod_ip).collect();
     ips.sort();
     ips.dedup();
     assert_eq!(ips.len(), 15);
     assert_eq!(counts(&vbox).0, 3, "every ENI in use at max pods");
     for (pod, result) in pods.iter().zip(&results) {
-        pod.cni("DEL")
-            .stdin(conf(
-                "1.1.0",
-                &vbox.node(1).ipamd_socket,
-                json!({ "prevResult": result }),
-            ))
-            .run()
-            .ok_silent();
+        pod.del(result);
     }
-    // ENIs are kept for a minute after they were made; then they go.
-    let deadline = Instant::now() + Duration::from_secs(150);
-    while counts(&vbox) != before {
-        assert!(
-            Instant::now() < deadline,
-            "still {:?}, not {before:?}",
-            counts(&vbox)
-        );
-        sleep(Duration::from_secs(2));
-    }
+    // ENIs are kept for a minute after they were made, with nothing planned meanwhile: wait
+    // for them to go, then for the pool to hold still.
+    testkit::wait_ok(
+        Duration::from_secs(150),
+        &format!("the pool to shrink back to {before:?}"),
+        || match counts(&vbox) {
+            now if now == before => Ok(()),
+            now => Err(format!("still {now:?}")),
+        },
+    );
     assert_eq!(settled(&vbox), before);
 }
 
@@ -189,10 +148,7 @@ fn a_cold_add_waits_for_the_attach_instead_of_failing() {
         "WARM_ENI_TARGET=0",
     ]);
     assert_eq!(settled(&vbox), (1, 5, 0));
-    let warm: Vec<Pod> = (0..5).map(|_| vbox.pod(1)).collect();
-    for p in &warm {
-        add(&vbox, p);
-    }
+    let _warm = vbox.add_pods(1, 5);
     let cold = vbox.pod(1);
     let started = Instant::now();
     let out = cold
@@ -232,7 +188,7 @@ fn an_exhausted_subnet_is_named_in_the_error() {
     let subnet = vbox.subnet().id.clone();
     let pods: Vec<Pod> = (0..6).map(|_| vbox.pod(1)).collect();
     for p in &pods[..5] {
-        add(&vbox, p);
+        p.add();
     }
     let out = pods[5]
         .cni("ADD")
@@ -289,30 +245,30 @@ fn a_leaked_eni_is_deleted_and_an_eni_attached_behind_ipamds_back_is_adopted() {
     ]);
     assert_eq!(status, 200, "{body}");
 
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let state = vbox.sim_state();
-        let ids: Vec<&str> = state["enis"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|e| e["id"].as_str())
-            .collect();
-        let gone = !ids.contains(&leaked.as_str());
-        let rules = e2e::ip(&["-n", &vbox.node(1).netns, "-4", "rule"]);
-        let table = rules
-            .iter()
-            .any(|r| r.starts_with("32765:") && r.ends_with("lookup 3"));
-        if gone && table && vbox.status(1).pool.total == 7 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "leaked ENI gone: {gone}, adopted ENI's table: {table}, pool: {:?}",
-            vbox.status(1).pool
-        );
-        sleep(Duration::from_millis(500));
-    }
+    testkit::wait_ok(
+        Duration::from_secs(30),
+        "the leaked ENI to go and the adopted one to be set up",
+        || {
+            let state = vbox.sim_state();
+            let gone = !state["enis"]
+                .as_array()
+                .expect("enis")
+                .iter()
+                .any(|e| e["id"] == leaked.as_str());
+            let rules = e2e::ip(&["-n", &vbox.node(1).netns, "-4", "rule"]);
+            let table = rules
+                .iter()
+                .any(|r| r.starts_with("32765:") && r.ends_with("lookup 3"));
+            let pool = vbox.status(1).pool;
+            if gone && table && pool.total == 7 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "leaked ENI gone: {gone}, adopted ENI's table: {table}, pool: {pool:?}"
+                ))
+            }
+        },
+    );
 }
 
 /// RFC 3339 time `secs` ago, as the Go CNI writes `createdAt`.

@@ -20,18 +20,9 @@ fn sigkill_and_restart_keep_every_assignment_and_cooldown() {
     ]);
     let node = vbox.node(1);
     let socket = node.ipamd_socket.clone();
-    let c = conf("1.1.0", &socket, json!({}));
-    let pods: Vec<_> = (0..3).map(|_| vbox.pod(1)).collect();
-    let results: Vec<_> = pods
-        .iter()
-        .map(|p| p.cni("ADD").stdin(c.clone()).run().ok())
-        .collect();
+    let (pods, results) = vbox.add_pods(1, 3);
     // The third pod goes away: its address cools down.
-    pods[2]
-        .cni("DEL")
-        .stdin(conf("1.1.0", &socket, json!({ "prevResult": results[2] })))
-        .run()
-        .ok_silent();
+    pods[2].del(&results[2]);
     let before = vbox.status(1);
     assert_eq!(
         (before.pool.total, before.pool.assigned, before.pool.cooling),
@@ -59,13 +50,17 @@ fn sigkill_and_restart_keep_every_assignment_and_cooldown() {
     let cooling = pod_ip(&results[2]);
     let newcomers: Vec<_> = (0..3).map(|_| vbox.pod(1)).collect();
     for pod in &newcomers[..2] {
-        let ip = pod_ip(&pod.cni("ADD").stdin(c.clone()).run().ok());
         assert_ne!(
-            ip, cooling,
+            pod_ip(&pod.add()),
+            cooling,
             "a cooling address was handed out after the restart"
         );
     }
-    newcomers[2].cni("ADD").stdin(c).run().error(11, "cooling");
+    newcomers[2]
+        .cni("ADD")
+        .stdin(conf("1.1.0", &socket, json!({})))
+        .run()
+        .error(11, "cooling");
 }
 
 #[test]
@@ -76,11 +71,7 @@ fn del_succeeds_and_cleans_the_host_while_ipamd_is_down() {
     let node = vbox.node(1);
     let socket = node.ipamd_socket.clone();
     let pod = vbox.pod(1);
-    let result = pod
-        .cni("ADD")
-        .stdin(conf("1.1.0", &socket, json!({})))
-        .run()
-        .ok();
+    let result = pod.add();
     let (ip, veth) = (pod_ip(&result), host_veth(&result));
 
     vbox.stop_ipamd(1, false);
@@ -126,13 +117,7 @@ fn damaged_state_is_rebuilt_and_live_pods_keep_their_addresses() {
     // Reconciliation every 2 s: it releases recovered addresses once their pods are gone.
     let vbox = VpcBox::up(&["--ipamd-env", "IPAMD_RECONCILE_INTERVAL=2"]);
     let node = vbox.node(1);
-    let socket = node.ipamd_socket.clone();
-    let c = conf("1.1.0", &socket, json!({}));
-    let pods: Vec<_> = (0..3).map(|_| vbox.pod(1)).collect();
-    let results: Vec<_> = pods
-        .iter()
-        .map(|p| p.cni("ADD").stdin(c.clone()).run().ok())
-        .collect();
+    let (pods, results) = vbox.add_pods(1, 3);
     let ips: Vec<String> = results.iter().map(pod_ip).collect();
     let state = std::path::Path::new(&node.state_dir);
     let log_since = |mark: usize| {
@@ -171,7 +156,7 @@ fn damaged_state_is_rebuilt_and_live_pods_keep_their_addresses() {
     }
     // A new pod gets none of them (it waits for an address nobody may still be using).
     let newcomer = vbox.pod(1);
-    let fresh = pod_ip(&newcomer.cni("ADD").stdin(c.clone()).run().ok());
+    let fresh = pod_ip(&newcomer.add());
     assert!(!ips.contains(&fresh), "{fresh} handed out twice");
 
     // 2. Killed again, and the database made unopenable: it is moved aside, not deleted.
@@ -200,10 +185,7 @@ fn damaged_state_is_rebuilt_and_live_pods_keep_their_addresses() {
     // 3. The pods go. Their DELs name keys ipamd no longer has; the recovered addresses
     // are released once their routes are gone, and everything agrees again.
     for (pod, result) in pods.iter().zip(&results) {
-        pod.cni("DEL")
-            .stdin(conf("1.1.0", &socket, json!({ "prevResult": result })))
-            .run()
-            .ok_silent();
+        pod.del(result);
     }
     settle_and_agree(&vbox, 1);
     assert_eq!(vbox.status(1).pool.assigned, 1, "only the newcomer");

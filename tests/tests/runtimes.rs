@@ -9,7 +9,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use e2e::{Node, Pod, VpcBox, bin_dir, conf, repo, require_root, run_bounded};
@@ -29,15 +29,6 @@ const PODS_ENDPOINT: &str = "http://127.0.0.1:61679/v1/pods";
 /// iptables, podman needs crun and conmon).
 const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// `name` on PATH.
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join(name))
-            .find(|p| p.is_file())
-    })
-}
-
 /// A tool scripts/test.sh installs, or a panic saying so.
 fn installed(name: &str, found: Option<PathBuf>) -> PathBuf {
     found.unwrap_or_else(|| panic!("{name} is not installed: scripts/test.sh installs it"))
@@ -51,7 +42,7 @@ fn cnitool() -> PathBuf {
     let found = std::env::var_os("VPC_CNI_CNITOOL")
         .map(PathBuf::from)
         .or(cached)
-        .or_else(|| on_path("cnitool"));
+        .or_else(|| testkit::cmd::which("cnitool"));
     let tool = installed("cnitool", found);
     assert!(
         tool.is_file(),
@@ -150,15 +141,6 @@ fn key(container_id: &str) -> AttachmentKey {
 /// libcni's result cache file of an attachment.
 fn cache_file(container_id: &str) -> PathBuf {
     Path::new(CNI_RESULTS).join(format!("{NETWORK}-{container_id}-eth0"))
-}
-
-/// The ADD result's IP must point at eth0 in the pod's namespace.
-fn assert_eth0_in(result: &Value, netns_path: &str) {
-    let idx = result["ips"][0]["interface"]
-        .as_u64()
-        .expect("ips[0].interface") as usize;
-    assert_eq!(result["interfaces"][idx]["name"], "eth0", "{result}");
-    assert_eq!(result["interfaces"][idx]["sandbox"], netns_path, "{result}");
 }
 
 /// The nat table of a namespace.
@@ -297,7 +279,7 @@ struct Listener(Child);
 
 impl Listener {
     fn spawn(pod: &Pod, port: u16, token: &str) -> Listener {
-        let busybox = installed("busybox", on_path("busybox"));
+        let busybox = installed("busybox", testkit::cmd::which("busybox"));
         let busybox = busybox.to_str().expect("path");
         let child = Command::new("timeout")
             .args(["60", "ip", "netns", "exec", &pod.netns, busybox, "nc", "-l"])
@@ -353,40 +335,33 @@ fn cnitool_port_mapping_reaches_the_pod_through_portmap() {
     let token = format!("hello-from-{}", pod.name);
     let _server = Listener::spawn(&pod, POD_PORT, &token);
     let target = node.primary_ip.to_string();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut last = String::new();
-    let answered = (0..40).any(|_| {
-        if Instant::now() > deadline {
-            return false;
-        }
-        let out = run_bounded(
-            10,
-            "ip",
-            &[
-                "netns",
-                "exec",
-                &peer.netns,
-                "busybox",
-                "nc",
-                "-w",
-                "3",
-                &target,
-                &HOST_PORT.to_string(),
-            ],
-            None,
-        );
-        last = text(&out);
-        if String::from_utf8_lossy(&out.stdout).contains(&token) {
-            return true;
-        }
-        // The server may not be listening yet.
-        std::thread::sleep(Duration::from_millis(250));
-        false
-    });
-    assert!(
-        answered,
-        "{target}:{HOST_PORT} did not reach the pod's {POD_PORT}: {last}\n{}",
-        nat_rules(&node.netns)
+    // The server may not be listening yet: try until it answers (bounded).
+    testkit::wait_ok(
+        Duration::from_secs(20),
+        &format!("{target}:{HOST_PORT} to reach the pod's {POD_PORT}"),
+        || {
+            let out = run_bounded(
+                10,
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    &peer.netns,
+                    "busybox",
+                    "nc",
+                    "-w",
+                    "3",
+                    &target,
+                    &HOST_PORT.to_string(),
+                ],
+                None,
+            );
+            if String::from_utf8_lossy(&out.stdout).contains(&token) {
+                Ok(())
+            } else {
+                Err(format!("{}\n{}", text(&out), nat_rules(&node.netns)))
+            }
+        },
     );
 
     // No CHECK here: Debian's portmap 1.1.1 looks for an IPv6 chain of an IPv4-only pod and
@@ -415,8 +390,8 @@ struct Podman {
 
 impl Podman {
     fn new(node: &Node) -> (Podman, PathBuf) {
-        let podman = installed("podman", on_path("podman"));
-        let busybox = installed("busybox", on_path("busybox"));
+        let podman = installed("podman", testkit::cmd::which("podman"));
+        let busybox = installed("busybox", testkit::cmd::which("busybox"));
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         let (_, log) = render_conflist(node, d);
@@ -547,14 +522,9 @@ impl Drop for Container<'_> {
 
 /// Whether a process is gone, waiting a little for it.
 fn gone(pid: u32) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Path::new(&format!("/proc/{pid}")).exists() {
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    true
+    testkit::within(Duration::from_secs(10), || {
+        !Path::new(&format!("/proc/{pid}")).exists()
+    })
 }
 
 #[test]

@@ -34,11 +34,7 @@ fn every_verb_in_every_version() {
         assert!(!seen.contains(&ip), "{ip} handed out twice");
         seen.push(ip.clone());
         // The IP points at the eth0 entry, which carries the sandbox (containerd requires it).
-        let idx = result["ips"][0]["interface"]
-            .as_u64()
-            .expect("ips[0].interface") as usize;
-        assert_eq!(result["interfaces"][idx]["name"], "eth0", "{result}");
-        assert_eq!(result["interfaces"][idx]["sandbox"], pod.netns_path());
+        assert_eth0_in(&result, &pod.netns_path());
         let per_ip_version = result["ips"][0].get("version");
         if version.starts_with("0.") {
             assert_eq!(per_ip_version, Some(&json!("4")), "{version}: {result}");
@@ -94,9 +90,8 @@ fn the_same_add_twice_gives_the_same_address() {
     require_root();
     let vbox = VpcBox::up(&[]);
     let pod = vbox.pod(1);
-    let c = conf("1.1.0", &vbox.node(1).ipamd_socket, json!({}));
-    let first = pod.cni("ADD").stdin(c.clone()).run().ok();
-    let second = pod.cni("ADD").stdin(c).run().ok();
+    let first = pod.add();
+    let second = pod.add();
     assert_eq!(pod_ip(&first), pod_ip(&second));
     assert!(pod.ping_from_node(&pod_ip(&second)));
     assert_eq!(vbox.status(1).pool.assigned, 1);
@@ -109,21 +104,13 @@ fn containerds_two_dels_succeed_and_leave_nothing() {
     let vbox = VpcBox::up(&[]);
     let node = vbox.node(1);
     let pod = vbox.pod(1);
-    let c = conf("1.1.0", &node.ipamd_socket, json!({}));
-    let result = pod.cni("ADD").stdin(c.clone()).run().ok();
+    let result = pod.add();
     // StopPodSandbox: the netns and the prevResult.
-    pod.cni("DEL")
-        .stdin(conf(
-            "1.1.0",
-            &node.ipamd_socket,
-            json!({ "prevResult": result }),
-        ))
-        .run()
-        .ok_silent();
+    pod.del(&result);
     // RemovePodSandbox: an empty CNI_NETNS and no prevResult.
     pod.cni("DEL")
         .env("CNI_NETNS", "")
-        .stdin(c)
+        .stdin(conf("1.1.0", &node.ipamd_socket, json!({})))
         .run()
         .ok_silent();
     assert_host_clean(&node.netns, &pod_ip(&result), &host_veth(&result));
@@ -136,11 +123,8 @@ fn gc_releases_what_the_runtime_no_longer_lists() {
     require_root();
     let vbox = VpcBox::up(&[]);
     let node = vbox.node(1);
-    let c = conf("1.1.0", &node.ipamd_socket, json!({}));
-    let keep = vbox.pod(1);
-    let lost = vbox.pod(1);
-    let kept = keep.cni("ADD").stdin(c.clone()).run().ok();
-    let gone = lost.cni("ADD").stdin(c).run().ok();
+    let (pods, results) = vbox.add_pods(1, 2);
+    let (keep, kept, gone) = (&pods[0], &results[0], &results[1]);
     let gc = conf(
         "1.1.0",
         &node.ipamd_socket,
@@ -149,12 +133,12 @@ fn gc_releases_what_the_runtime_no_longer_lists() {
     e2e::Cni::new("GC", node).stdin(gc).run().ok_silent();
     let s = vbox.status(1);
     assert_eq!((s.pool.assigned, s.pool.cooling), (1, 1), "{s:?}");
-    assert_host_wired(&node.netns, &pod_ip(&kept), &host_veth(&kept));
+    assert_host_wired(&node.netns, &pod_ip(kept), &host_veth(kept));
     let routes = e2e::ip(&["-n", &node.netns, "-4", "route", "show"]);
     assert!(
         !routes
             .iter()
-            .any(|l| l.starts_with(&format!("{} ", pod_ip(&gone)))),
+            .any(|l| l.starts_with(&format!("{} ", pod_ip(gone)))),
         "GC left the released pod's route: {routes:?}"
     );
 }
@@ -165,12 +149,8 @@ fn three_pods_get_distinct_subnet_addresses_reachable_from_the_node() {
     require_root();
     let vbox = VpcBox::up(&[]);
     let node = vbox.node(1);
-    let c = conf("1.1.0", &node.ipamd_socket, json!({}));
-    let pods: Vec<_> = (0..3).map(|_| vbox.pod(1)).collect();
-    let mut ips: Vec<String> = pods
-        .iter()
-        .map(|p| pod_ip(&p.cni("ADD").stdin(c.clone()).run().ok()))
-        .collect();
+    let (pods, results) = vbox.add_pods(1, 3);
+    let mut ips: Vec<String> = results.iter().map(pod_ip).collect();
     for (pod, ip) in pods.iter().zip(&ips) {
         assert!(in_cidr(ip, &vbox.subnet().cidr));
         assert_ne!(ip, &node.primary_ip.to_string());

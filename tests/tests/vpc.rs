@@ -5,8 +5,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use e2e::{Pod, VpcBox, conf, ip, require_root, run_bounded};
@@ -28,35 +27,27 @@ fn key(pod: &Pod) -> AttachmentKey {
     }
 }
 
-/// ADDs a pod on `node`, retrying while ipamd answers "try again later" (the pool is growing)
-/// as a runtime would; bounded.
+/// ADDs a pod on `node`. While ipamd answers "try again later" (the pool is growing), waits
+/// (bounded) until it has a free address and tries again, as a runtime would.
 fn add_pod(vbox: &VpcBox, node: usize) -> Wired {
     let pod = vbox.pod(node);
     let c = conf("1.1.0", &vbox.node(node).ipamd_socket, json!({}));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let result = testkit::wait_ok(Duration::from_secs(20), "an address for the pod", || {
         let out = pod.cni("ADD").stdin(c.clone()).run();
         if out.code == 0 {
-            let result = out.ok();
-            let allocation = vbox.allocation(node, key(&pod));
-            return Wired {
-                ip: pod_ip(&result),
-                pod,
-                allocation,
-            };
+            return Ok(out.ok());
         }
-        let err: Value = serde_json::from_str(&out.stdout).unwrap_or_default();
-        assert_eq!(
-            err["code"], 11,
-            "ADD failed for another reason: {}",
-            out.stdout
-        );
-        assert!(
-            Instant::now() < deadline,
-            "no address within 20 s: {}",
-            out.stdout
-        );
-        sleep(Duration::from_millis(200));
+        out.error(11, "");
+        testkit::wait_until(Duration::from_secs(20), "a free address", || {
+            vbox.status(node).pool.available > 0
+        });
+        Err(out.stdout)
+    });
+    let allocation = vbox.allocation(node, key(&pod));
+    Wired {
+        ip: pod_ip(&result),
+        pod,
+        allocation,
     }
 }
 
@@ -240,12 +231,8 @@ fn eni_at(vbox: &VpcBox, device: u64) -> Option<Value> {
         .cloned()
 }
 
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        sleep(Duration::from_millis(200));
-    }
+fn wait_until(what: &str, done: impl FnMut() -> bool) {
+    testkit::wait_until(Duration::from_secs(20), what, done);
 }
 
 #[test]
@@ -355,17 +342,8 @@ fn node_setup_changes_nothing_when_ipamd_runs_it_again() {
     let node = vbox.node(1).netns.clone();
     // The controller may still be growing the pool after the last ADD: wait until it holds
     // still, so the snapshot is of a settled node.
-    let mut total = vbox.status(1).pool.total;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        sleep(Duration::from_millis(1500));
-        let now = vbox.status(1).pool.total;
-        if now == total {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the pool kept changing");
-        total = now;
-    }
+    vbox.node(1).quiesce();
+    let total = vbox.status(1).pool.total;
     let snapshot = || {
         (
             ip(&["-n", &node, "-4", "rule"]),

@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use serde_json::{Value, json};
+use serde_json::Value;
+pub use testkit::cni::Outcome;
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_vpc-cni");
@@ -14,16 +15,7 @@ pub const NETWORK: &str = "aws-cni";
 
 /// A request config for our plugin.
 pub fn conf(version: &str, socket: &str, extra: Value) -> String {
-    let mut conf = json!({
-        "cniVersion": version,
-        "name": NETWORK,
-        "type": "vpc-cni",
-        "ipamdSocket": socket,
-    });
-    for (k, v) in extra.as_object().expect("extra keys as an object") {
-        conf[k] = v.clone();
-    }
-    conf.to_string()
+    testkit::cni::conf(NETWORK, version, socket, extra)
 }
 
 /// One invocation of the plugin.
@@ -122,64 +114,6 @@ impl Call {
         // The plugin may exit without reading (VERSION), like skel: ignore EPIPE.
         let _ = stdin.write_all(&self.stdin);
         drop(stdin);
-        let out = child.wait_with_output().expect("wait for vpc-cni");
-        let outcome = Outcome {
-            code: out.status.code().expect("exited, not killed"),
-            stdout: String::from_utf8(out.stdout).expect("stdout is UTF-8"),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        };
-        outcome.assert_stdout_clean();
-        outcome
-    }
-}
-
-/// What the plugin did.
-#[derive(Debug)]
-pub struct Outcome {
-    pub code: i32,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl Outcome {
-    /// stdout is empty or exactly one JSON object on one line: nothing else may go there.
-    pub fn assert_stdout_clean(&self) {
-        if self.stdout.is_empty() {
-            return;
-        }
-        assert!(
-            self.stdout.ends_with('\n') && self.stdout.matches('\n').count() == 1,
-            "stdout must be one JSON line: {:?}",
-            self.stdout
-        );
-        let v: Value = serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?}", self.stdout));
-        assert!(v.is_object(), "stdout is not a JSON object: {v}");
-    }
-
-    /// Exit 0; returns stdout as JSON (`Null` when empty).
-    pub fn ok(&self) -> Value {
-        assert_eq!(self.code, 0, "expected success: {self:#?}");
-        if self.stdout.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&self.stdout).unwrap()
-        }
-    }
-
-    /// Exit 0 with nothing on stdout (DEL, CHECK, STATUS, GC).
-    pub fn ok_silent(&self) {
-        assert_eq!(self.ok(), Value::Null, "{self:#?}");
-    }
-
-    /// Exit 1 with a CNI error of `code` whose message contains `needle`; returns the error.
-    pub fn error(&self, code: u64, needle: &str) -> Value {
-        assert_eq!(self.code, 1, "expected failure: {self:#?}");
-        let err: Value = serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("error is not JSON ({e}): {self:#?}"));
-        assert_eq!(err["code"], code, "{err}\n{}", self.stderr);
-        let msg = err["msg"].as_str().expect("msg is a string");
-        assert!(msg.contains(needle), "{msg:?} lacks {needle:?}");
-        err
+        Outcome::from_output(child.wait_with_output().expect("wait for vpc-cni"))
     }
 }

@@ -11,6 +11,8 @@ use std::time::Duration;
 use common::raw::*;
 use common::*;
 use introspect::{Bind, Limits, Source, limits, serve_with};
+use testkit::http::{get_request, status};
+use testkit::wait::wait_for_async;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn fixed() -> Arc<dyn Source> {
@@ -332,15 +334,13 @@ async fn the_unix_socket_has_the_same_limits() {
             let _ = stopped.await;
         },
     ));
-    let mut slow = None;
-    for _ in 0..500 {
-        if let Ok(s) = tokio::net::UnixStream::connect(&path).await {
-            slow = Some(s);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let mut slow = slow.expect("the server never answered on its socket");
+    let mut slow = wait_for_async(
+        PATIENCE,
+        "the server to answer on its socket",
+        async || tokio::net::UnixStream::connect(&path).await.ok(),
+        tokio::time::sleep,
+    )
+    .await;
     slow.write_all(b"GET /metr").await.unwrap();
 
     let unix = || tokio::net::UnixStream::connect(&path);

@@ -5,8 +5,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::path::Path;
 
 use common::*;
 use introspect::Metrics;
@@ -44,53 +43,14 @@ fn populated() -> String {
     m.scrape(&view)
 }
 
-/// The allow-list: lines that are neither comments nor blank.
 fn allowed() -> BTreeSet<String> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/promtool-allow.txt");
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(str::to_string)
-        .collect()
+    testkit::promtool::allowed(&Path::new(env!("CARGO_MANIFEST_DIR")).join("promtool-allow.txt"))
 }
 
 #[test]
 #[ignore = "needs promtool: run by scripts/test.sh as root"]
 fn promtool_accepts_the_metrics_but_for_the_go_names() {
-    let text = populated();
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool on PATH (apt-get install prometheus)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let code = out.status.code();
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // 0: clean, 3: lint problems only; anything else (1: unparsable) is a failure.
-    assert!(
-        matches!(code, Some(0) | Some(3)),
-        "promtool exit {code:?}:\n{report}\n--- input ---\n{text}"
-    );
-    let found: BTreeSet<String> = report
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect();
+    let found = testkit::promtool::findings(&populated());
     let allowed = allowed();
     let unexpected: Vec<&String> = found.difference(&allowed).collect();
     let stale: Vec<&String> = allowed.difference(&found).collect();

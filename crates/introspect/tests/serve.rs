@@ -5,10 +5,12 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::time::Duration;
 
+use common::raw::PATIENCE;
 use common::*;
 use introspect::{Bind, IpamdEnv, NetworkUtilsEnv, introspection_router, serve};
+use testkit::http::get_request;
+use testkit::wait::wait_for_async;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -27,22 +29,35 @@ fn start(bind: Bind) -> (oneshot::Sender<()>, JoinHandle<std::io::Result<()>>) {
 }
 
 async fn get<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, path: &str) -> String {
-    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
+    stream
+        .write_all(get_request(path).as_bytes())
+        .await
+        .unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).await.unwrap();
     response
 }
 
-/// Polls (bounded) until the server's socket file exists.
-async fn wait_for(path: &Path) {
-    for _ in 0..500 {
-        if path.exists() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("{} never appeared", path.display());
+/// Waits (bounded) until the server's socket file exists.
+async fn wait_for_socket(path: &Path) {
+    wait_for_async(
+        PATIENCE,
+        "the server's socket file",
+        async || path.exists().then_some(()),
+        tokio::time::sleep,
+    )
+    .await
+}
+
+/// Connects (bounded: the server may not listen yet) to its Unix socket.
+async fn connect_unix(path: &Path) -> tokio::net::UnixStream {
+    wait_for_async(
+        PATIENCE,
+        "the server to answer on its socket",
+        async || tokio::net::UnixStream::connect(path).await.ok(),
+        tokio::time::sleep,
+    )
+    .await
 }
 
 #[tokio::test]
@@ -55,15 +70,7 @@ async fn unix_socket_is_root_only_and_serves() {
 
     let (stop, task) = start(Bind::Unix(path.clone()));
     // The stale file is replaced by the new socket: wait until it answers.
-    let mut stream = None;
-    for _ in 0..500 {
-        if let Ok(s) = tokio::net::UnixStream::connect(&path).await {
-            stream = Some(s);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let stream = stream.expect("the server never answered on its socket");
+    let stream = connect_unix(&path).await;
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     let response = get(stream, "/v1/pool").await;
@@ -88,7 +95,7 @@ async fn a_live_socket_or_a_regular_file_is_not_replaced() {
 
     let live = dir.path().join("live.sock");
     let (stop, first) = start(Bind::Unix(live.clone()));
-    wait_for(&live).await;
+    wait_for_socket(&live).await;
     let (_stop2, second) = start(Bind::Unix(live.clone()));
     let err = second.await.unwrap().unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse, "{err}");
@@ -106,15 +113,14 @@ async fn tcp_loopback_serves() {
         .port();
     let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
     let (stop, task) = start(Bind::Tcp(addr));
-    let mut stream = None;
-    for _ in 0..500 {
-        if let Ok(s) = tokio::net::TcpStream::connect(addr).await {
-            stream = Some(s);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let response = get(stream.expect("never connected"), "/").await;
+    let stream = wait_for_async(
+        PATIENCE,
+        "the server to listen on its port",
+        async || tokio::net::TcpStream::connect(addr).await.ok(),
+        tokio::time::sleep,
+    )
+    .await;
+    let response = get(stream, "/").await;
     assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
     assert!(response.contains("\"AvailableCommands\""), "{response}");
     stop.send(()).unwrap();

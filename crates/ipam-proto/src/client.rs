@@ -211,8 +211,12 @@ mod tests {
             reader.read_until(b'\n', &mut line).unwrap();
             let reply = answer(line);
             (&stream).write_all(&reply).unwrap();
-            // Keep the connection open a moment so a silent server really is silent.
-            thread::sleep(Duration::from_millis(300));
+            // Keep the connection open until the client hangs up, so a silent server really
+            // is silent (bounded, in case it never does).
+            stream
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            let _ = reader.read_until(b'\n', &mut Vec::new());
         });
         (dir, path, handle)
     }

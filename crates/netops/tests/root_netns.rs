@@ -11,7 +11,8 @@ use netops::{
     CheckError, Error, ExpectedPod, Netlink, PodSpec, PodWiring, RT_TABLE_MAIN, check_pod,
     format_mac, routed_elsewhere, setup_pod, teardown_container, teardown_host,
 };
-use support::{NsPair, count, run};
+use support::{NsPair, run};
+use testkit::netns::count;
 
 const IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 5);
 const VETH: &str = "enitest0000001";

@@ -5,16 +5,10 @@
 //! Everything runs inside namespaces named `snat-<pid>-<n>-<role>`, deleted on drop; the
 //! machine's own firewall, rules and sysctls are never touched.
 
-mod support;
-
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
-use std::path::PathBuf;
-use std::process::{Command, Output};
-use std::sync::Once;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::Output;
 use std::time::Duration;
 
 use ipnetwork::Ipv4Network;
@@ -23,41 +17,27 @@ use netops::snat::{
     Backend, Change, NodeNetConfig, Runner, SNAT_CHAIN, SystemRunner, Table, apply, desired_rules,
     detect_backend, is_our_rule, is_own_chain, setup_node_networking,
 };
-use support::run;
+use testkit::cmd::{require_commands, run};
+use testkit::netns::Netns;
 
-static COUNTER: AtomicU32 = AtomicU32::new(0);
 const NODE_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 10);
 const POD_IP: &str = "10.0.1.5";
 const OUTSIDE: &str = "203.0.113.1";
 const BACKENDS: [Backend; 2] = [Backend::Nft, Backend::Legacy];
 
-/// Installs iptables (both backends) and nft if this machine lacks them.
-fn ensure_iptables() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let have = |p: &str| Command::new(p).arg("--version").output().is_ok();
-        let mut missing = Vec::new();
-        if !(have("iptables-nft-save") && have("iptables-legacy-save")) {
-            missing.push("iptables");
-        }
-        if !have("nft") {
-            missing.push("nftables");
-        }
-        if missing.is_empty() {
-            return;
-        }
-        let mut install = vec!["install", "-y", "-qq"];
-        install.extend(&missing);
-        for args in [vec!["update", "-qq"], install] {
-            let ok = Command::new("apt-get")
-                .args(&args)
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            assert!(ok, "apt-get {args:?} failed: {missing:?} needed");
-        }
-    });
+/// Both iptables backends and nft, which scripts/test.sh installs: without them these tests
+/// fail naming what is missing.
+fn require_firewall_tools() {
+    require_commands(
+        &[
+            "iptables-nft",
+            "iptables-nft-save",
+            "iptables-legacy",
+            "iptables-legacy-save",
+        ],
+        "iptables",
+    );
+    require_commands(&["nft"], "nftables");
 }
 
 /// Runs programs inside a named namespace via `ip netns exec`.
@@ -78,25 +58,21 @@ impl Runner for InNetns {
 /// neighbour); the outside host knows only the node's address, so a reply can reach the pod
 /// only if the node SNATed its traffic.
 struct Topo {
-    node: String,
-    pod: String,
-    outside: String,
+    node: Netns,
+    pod: Netns,
+    outside: Netns,
 }
 
 impl Topo {
     fn new() -> Self {
-        ensure_iptables();
-        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let base = format!("snat-{}-{n}", std::process::id());
+        require_firewall_tools();
+        let base = testkit::unique("snat-");
         let topo = Topo {
-            node: format!("{base}-node"),
-            pod: format!("{base}-pod"),
-            outside: format!("{base}-out"),
+            node: Netns::named(format!("{base}-node")),
+            pod: Netns::named(format!("{base}-pod")),
+            outside: Netns::named(format!("{base}-out")),
         };
-        for ns in [&topo.node, &topo.pod, &topo.outside] {
-            run(&["ip", "netns", "add", ns]);
-        }
-        let (node, pod, out) = (&topo.node, &topo.pod, &topo.outside);
+        let (node, pod, out) = (topo.node.name(), topo.pod.name(), topo.outside.name());
         let ipn = |ns: &str, args: &[&str]| {
             let mut full = vec!["ip", "-n", ns];
             full.extend_from_slice(args);
@@ -195,17 +171,17 @@ impl Topo {
     }
 
     fn node_runner(&self) -> InNetns {
-        InNetns(self.node.clone())
+        InNetns(self.node.name().to_string())
     }
 
     fn node_nl(&self) -> Netlink {
-        Netlink::in_netns(&PathBuf::from(format!("/run/netns/{}", self.node))).expect("netlink")
+        Netlink::in_netns(&self.node.path()).expect("netlink")
     }
 
     /// `<backend>-save` in the node, comment lines (timestamps) dropped.
     fn save(&self, backend: Backend, counters: bool) -> Vec<String> {
         let prog = backend.save_program();
-        let mut args = vec!["ip", "netns", "exec", &self.node, prog];
+        let mut args = vec!["ip", "netns", "exec", self.node.name(), prog];
         if counters {
             args.push("-c");
         }
@@ -222,13 +198,13 @@ impl Topo {
             Backend::Nft => "iptables-nft",
             Backend::Legacy => "iptables-legacy",
         };
-        let mut full = vec!["ip", "netns", "exec", &self.node, prog, "-w"];
+        let mut full = vec!["ip", "netns", "exec", self.node.name(), prog, "-w"];
         full.extend_from_slice(args);
         run(&full);
     }
 
     fn ip_rules(&self) -> Vec<String> {
-        run(&["ip", "-n", &self.node, "-4", "rule", "show"])
+        run(&["ip", "-n", self.node.name(), "-4", "rule", "show"])
             .lines()
             .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
             .collect()
@@ -239,7 +215,7 @@ impl Topo {
             "ip",
             "netns",
             "exec",
-            &self.node,
+            self.node.name(),
             "sysctl",
             "-n",
             "net.ipv4.conf.eth0.rp_filter",
@@ -251,8 +227,8 @@ impl Topo {
     /// Sends a datagram from the pod to the outside host and a reply back; returns the
     /// source address the outside host saw.
     fn roundtrip(&self) -> SocketAddr {
-        let outside = udp_in(&self.outside, &format!("{OUTSIDE}:7777"));
-        let pod = udp_in(&self.pod, &format!("{POD_IP}:0"));
+        let outside = udp_in(self.outside.name(), &format!("{OUTSIDE}:7777"));
+        let pod = udp_in(self.pod.name(), &format!("{POD_IP}:0"));
         let mut buf = [0u8; 16];
         // The first datagrams may wait for ARP; a few tries, each bounded by the timeout.
         for _ in 0..5 {
@@ -270,28 +246,15 @@ impl Topo {
     }
 }
 
-impl Drop for Topo {
-    fn drop(&mut self) {
-        for ns in [&self.node, &self.pod, &self.outside] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
 /// A UDP socket bound in namespace `ns` (a socket stays in the namespace it was made in).
 fn udp_in(ns: &str, addr: &str) -> UdpSocket {
-    let path = format!("/run/netns/{ns}");
     let addr = addr.to_string();
-    std::thread::spawn(move || {
-        let f = File::open(&path).expect("netns file");
-        nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+    testkit::netns::run_in(ns, move || {
         let s = UdpSocket::bind(&addr).expect("bind");
         s.set_read_timeout(Some(Duration::from_secs(2)))
             .expect("timeout");
         s
     })
-    .join()
-    .expect("socket thread")
 }
 
 fn net(s: &str) -> Ipv4Network {
@@ -400,7 +363,7 @@ fn setup_applies_once_and_then_changes_nothing(backend: Backend) {
         "ip",
         "netns",
         "exec",
-        &topo.node,
+        topo.node.name(),
         "sysctl",
         "-q",
         "-w",
@@ -590,7 +553,7 @@ fn stale_rules_and_old_chains_go_and_foreign_rules_stay() {
         run(&[
             "ip",
             "-n",
-            &topo.node,
+            topo.node.name(),
             "rule",
             "add",
             "prio",
@@ -603,7 +566,7 @@ fn stale_rules_and_old_chains_go_and_foreign_rules_stay() {
         run(&[
             "ip",
             "-n",
-            &topo.node,
+            topo.node.name(),
             "rule",
             "add",
             "prio",
@@ -933,7 +896,7 @@ fn takes_over_a_go_cni_node_keeping_the_snat_counters() {
     run(&[
         "ip",
         "-n",
-        &topo.node,
+        topo.node.name(),
         "rule",
         "add",
         "prio",
@@ -947,7 +910,7 @@ fn takes_over_a_go_cni_node_keeping_the_snat_counters() {
         "ip",
         "netns",
         "exec",
-        &topo.node,
+        topo.node.name(),
         "sysctl",
         "-q",
         "-w",
@@ -982,7 +945,14 @@ fn takes_over_a_go_cni_node_keeping_the_snat_counters() {
     );
     let nft_tables = || {
         run(&[
-            "ip", "netns", "exec", &topo.node, "nft", "list", "tables", "ip",
+            "ip",
+            "netns",
+            "exec",
+            topo.node.name(),
+            "nft",
+            "list",
+            "tables",
+            "ip",
         ])
     };
     assert!(nft_tables().contains("table ip aws-cni"));

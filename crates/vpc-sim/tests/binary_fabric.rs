@@ -4,12 +4,12 @@
 mod common;
 
 use common::root::{NsGuard, http_in, ip, our_namespaces};
-use common::{SimProcess, host_port, unique};
+use common::{SimProcess, host_port};
 
 #[test]
 #[ignore = "needs root: run by scripts/test.sh as root"]
 fn fabric_mode_builds_the_node_and_removes_everything() {
-    let name = format!("vst{}", unique());
+    let name = testkit::unique("vst");
     let _guard = NsGuard(name.clone());
     for round in 0..2 {
         // The second round checks that the same name works again after a clean shutdown.
@@ -99,7 +99,7 @@ fn fabric_mode_builds_the_node_and_removes_everything() {
 #[test]
 #[ignore = "needs root: run by scripts/test.sh as root"]
 fn fabric_mode_refuses_an_existing_namespace_and_leaves_it_alone() {
-    let name = format!("vst{}", unique());
+    let name = testkit::unique("vst");
     let _guard = NsGuard(name.clone());
     let squatter = format!("{name}-node1");
     ip(&["netns", "add", &squatter]);

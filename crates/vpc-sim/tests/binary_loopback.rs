@@ -4,11 +4,12 @@ mod common;
 
 use std::net::TcpStream;
 
-use common::{SimProcess, host_port, http, unique};
+use common::{SimProcess, host_port};
+use testkit::http::exchange;
 
 #[test]
 fn loopback_mode_serves_ec2_and_imds_and_exits_cleanly() {
-    let name = format!("lb{}", unique());
+    let name = testkit::unique("lb");
     let mut sim = SimProcess::start(
         &name,
         &[
@@ -34,7 +35,7 @@ fn loopback_mode_serves_ec2_and_imds_and_exits_cleanly() {
     assert!(f.subnets[0].cidr.contains(node.primary_ip));
 
     let ec2 = host_port(&f.ec2_endpoint);
-    let (status, body) = http(
+    let (status, body) = exchange(
         TcpStream::connect(&ec2).unwrap(),
         "POST",
         &ec2,
@@ -56,7 +57,7 @@ fn loopback_mode_serves_ec2_and_imds_and_exits_cleanly() {
     );
 
     let imds = host_port(&node.imds_endpoint);
-    let (status, token) = http(
+    let (status, token) = exchange(
         TcpStream::connect(&imds).unwrap(),
         "PUT",
         &imds,
@@ -65,7 +66,7 @@ fn loopback_mode_serves_ec2_and_imds_and_exits_cleanly() {
         "",
     );
     assert_eq!(status, 200);
-    let (status, id) = http(
+    let (status, id) = exchange(
         TcpStream::connect(&imds).unwrap(),
         "GET",
         &imds,
@@ -94,7 +95,7 @@ fn a_bad_command_line_fails_with_a_message() {
     assert!(!status.success());
     assert!(sim.log().contains("--name"), "{}", sim.log());
     let mut sim = SimProcess::start(
-        &format!("lb{}", unique()),
+        &testkit::unique("lb"),
         &["--mode", "loopback", "--instance-type", "x9.nope"],
     );
     assert!(!sim.wait_exit().success());

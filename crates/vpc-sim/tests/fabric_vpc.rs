@@ -9,7 +9,8 @@ use std::net::{Ipv4Addr, TcpStream, UdpSocket};
 use std::time::Duration;
 
 use common::root::{NsGuard, exec_in, http_in, ip, our_namespaces};
-use common::{Node, SimProcess, host_port, http, parse_xml, unique};
+use common::{Node, SimProcess, host_port, parse_xml};
+use testkit::http::exchange;
 use vpc_sim::netns;
 use vpc_sim::simfile::SimFile;
 
@@ -23,7 +24,7 @@ struct Vpc {
 
 impl Vpc {
     fn start(nodes: usize, extra: &[&str]) -> Self {
-        let name = format!("vfv{}", unique());
+        let name = testkit::unique("vfv");
         let guard = NsGuard(name.clone());
         let n = nodes.to_string();
         let mut args = vec!["--mode", "fabric", "--nodes", n.as_str()];
@@ -62,7 +63,7 @@ impl Vpc {
             form.append_pair(k, v);
         }
         let addr = host_port(&self.f.ec2_endpoint);
-        let (status, body) = http(
+        let (status, body) = exchange(
             TcpStream::connect(&addr).unwrap(),
             "POST",
             &addr,

@@ -10,10 +10,11 @@ use axum::body::Body;
 use axum::http::Request;
 use cloud::aws::{AwsEc2, sdk};
 use cloud::{CloudErrorKind, Ec2};
-use common::{Harness, Reply, SimProcess, host_port, http, unique};
+use common::{Harness, Reply, SimProcess, host_port};
 use sdk::config::retry::RetryConfig;
 use sdk::error::{ProvideErrorMetadata, SdkError};
 use serde_json::{Value, json};
+use testkit::http::exchange;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::ServiceExt;
 
@@ -562,7 +563,7 @@ async fn the_sdk_sees_a_dropped_connection_as_a_dispatch_failure() {
 #[test]
 fn the_binary_takes_a_plan_from_flags_and_refuses_a_bad_one() {
     let mut sim = SimProcess::start(
-        &format!("ft{}", unique()),
+        &testkit::unique("ft"),
         &[
             "--fault-throttle-pct",
             "100",
@@ -575,7 +576,7 @@ fn the_binary_takes_a_plan_from_flags_and_refuses_a_bad_one() {
     let f = sim.wait_ready();
     let ec2 = host_port(&f.ec2_endpoint);
     let get = |path: &str| {
-        http(
+        exchange(
             std::net::TcpStream::connect(&ec2).unwrap(),
             "GET",
             &ec2,
@@ -585,7 +586,7 @@ fn the_binary_takes_a_plan_from_flags_and_refuses_a_bad_one() {
         )
     };
     let post = |form: &str| {
-        http(
+        exchange(
             std::net::TcpStream::connect(&ec2).unwrap(),
             "POST",
             &ec2,
@@ -604,7 +605,7 @@ fn the_binary_takes_a_plan_from_flags_and_refuses_a_bad_one() {
     assert_eq!(status, 503);
     assert!(body.contains("<Code>RequestLimitExceeded</Code>"), "{body}");
     assert_eq!(post("Action=DescribeSubnets&Version=2016-11-15").0, 200);
-    let (status, _) = http(
+    let (status, _) = exchange(
         std::net::TcpStream::connect(&ec2).unwrap(),
         "PUT",
         &ec2,
@@ -619,7 +620,7 @@ fn the_binary_takes_a_plan_from_flags_and_refuses_a_bad_one() {
     assert_eq!(c["DescribeInstances"], 2);
     assert!(sim.terminate().success(), "{}", sim.log());
 
-    let mut bad = SimProcess::start(&format!("ft{}", unique()), &["--fault-throttle-pct", "120"]);
+    let mut bad = SimProcess::start(&testkit::unique("ft"), &["--fault-throttle-pct", "120"]);
     assert!(!bad.wait_exit().success());
     assert!(
         bad.log()

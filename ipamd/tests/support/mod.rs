@@ -116,6 +116,49 @@ pub fn ec2(ipv4_per_eni: u32, subnet: &str) -> Arc<FakeEc2> {
     ec2_with(ipv4_per_eni, 3, subnet)
 }
 
+/// One node under test: its state directory, EC2 knowing its primary ENI (6 IPv4 per ENI, 3
+/// ENIs, in 10.0.0.0/24), a clock the test moves, and a recording host.
+pub struct Node {
+    pub dir: tempfile::TempDir,
+    pub ec2: Arc<FakeEc2>,
+    pub clock: Arc<ManualClock>,
+    pub host: Arc<RecordingHost>,
+}
+
+impl Node {
+    /// The node with its clock at `ms`.
+    pub fn at(ms: u64) -> Node {
+        Node {
+            dir: tempfile::tempdir().expect("a state dir"),
+            ec2: ec2(6, "10.0.0.0/24"),
+            clock: ManualClock::at(ms),
+            host: Arc::new(RecordingHost::default()),
+        }
+    }
+
+    /// A t3.medium's daemon on this node, with `env`.
+    pub async fn start(&self, env: &[(&str, &str)]) -> TestDaemon {
+        start_with(
+            self.dir.path(),
+            &self.ec2,
+            &self.clock,
+            "t3.medium",
+            &self.host,
+            env,
+        )
+        .await
+        .expect("the daemon starts")
+    }
+}
+
+/// The one ENI besides the primary that EC2 knows.
+pub fn secondary(ec2: &FakeEc2) -> NetworkInterface {
+    ec2.enis()
+        .into_iter()
+        .find(|e| e.id != ENI)
+        .expect("a second ENI")
+}
+
 /// The node's network, recorded. `missing_links` makes that many ENI setups find no link yet.
 #[derive(Default)]
 pub struct RecordingHost {
@@ -208,18 +251,6 @@ pub async fn try_start(
         &[],
     )
     .await
-}
-
-/// A t3.medium at time 0 on `host`, with `env`.
-pub async fn start_t3_medium(
-    dir: &Path,
-    ec2: &Arc<FakeEc2>,
-    host: &Arc<RecordingHost>,
-    env: &[(&str, &str)],
-) -> TestDaemon {
-    start_with(dir, ec2, &ManualClock::at(0), "t3.medium", host, env)
-        .await
-        .unwrap()
 }
 
 pub async fn start_with(

@@ -1,30 +1,8 @@
 //! Helpers shared by the scenario files.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)] // each scenario file uses part of it
 
 use e2e::ip;
-use serde_json::Value;
-
-/// The pod address of an ADD result (without the /32).
-pub fn pod_ip(result: &Value) -> String {
-    let address = result["ips"][0]["address"]
-        .as_str()
-        .expect("ips[0].address");
-    let (ip, len) = address.split_once('/').expect("CIDR");
-    assert_eq!(len, "32", "pods get a /32: {result}");
-    ip.to_string()
-}
-
-/// The host veth of an ADD result (the interface without a sandbox).
-pub fn host_veth(result: &Value) -> String {
-    result["interfaces"]
-        .as_array()
-        .expect("interfaces")
-        .iter()
-        .find(|i| i.get("sandbox").is_none())
-        .and_then(|i| i["name"].as_str())
-        .expect("a host interface")
-        .to_string()
-}
+pub use testkit::cni::{assert_eth0_in, assert_host_clean, assert_host_wired, host_veth, pod_ip};
 
 /// True when `ip` is inside `cidr` (IPv4 dotted quads).
 pub fn in_cidr(ip: &str, cidr: &str) -> bool {
@@ -37,43 +15,6 @@ pub fn in_cidr(ip: &str, cidr: &str) -> bool {
     let len: u32 = len.parse().expect("prefix length");
     let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
     parse(ip) & mask == parse(net) & mask
-}
-
-/// Asserts the node holds no route, rule or veth of a pod.
-pub fn assert_host_clean(node_netns: &str, pod_ip: &str, veth: &str) {
-    let links = ip(&["-n", node_netns, "-o", "link", "show"]);
-    assert!(
-        !links.iter().any(|l| l.contains(veth)),
-        "host veth {veth} left: {links:?}"
-    );
-    let routes = ip(&["-n", node_netns, "-4", "route", "show", "table", "all"]);
-    assert!(
-        !routes.iter().any(|l| l.starts_with(&format!("{pod_ip} "))),
-        "route to {pod_ip} left: {routes:?}"
-    );
-    let rules = ip(&["-n", node_netns, "-4", "rule", "show"]);
-    assert!(
-        !rules
-            .iter()
-            .any(|l| l.split_whitespace().any(|w| w == pod_ip)),
-        "rule for {pod_ip} left: {rules:?}"
-    );
-}
-
-/// Asserts the node routes `pod_ip` to `veth` with the prio-512 rule.
-pub fn assert_host_wired(node_netns: &str, pod_ip: &str, veth: &str) {
-    let routes = ip(&["-n", node_netns, "-4", "route", "show"]);
-    let want = format!("{pod_ip} dev {veth} scope link");
-    assert!(
-        routes.iter().any(|l| l == &want),
-        "{want} missing: {routes:?}"
-    );
-    let rules = ip(&["-n", node_netns, "-4", "rule", "show"]);
-    let want = format!("512: from all to {pod_ip} lookup main");
-    assert!(
-        rules.iter().any(|l| l == &want),
-        "{want} missing: {rules:?}"
-    );
 }
 
 /// ENI id -> its secondary addresses, for every ENI EC2 (vpc-sim) has attached to node `i`;
@@ -118,7 +59,7 @@ pub fn ipamd_view(
     std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
     std::collections::BTreeSet<String>,
 ) {
-    let enis = node.get_json("http://127.0.0.1:61679/v1/enis");
+    let enis = node.get_json(&format!("{}/v1/enis", e2e::INTROSPECT));
     let mut pool = std::collections::BTreeMap::new();
     let mut held = std::collections::BTreeSet::new();
     for (id, eni) in enis["0"]["ENIs"].as_object().expect("ENIs of card 0") {
@@ -175,15 +116,14 @@ pub fn agreement(vbox: &e2e::VpcBox, i: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// Waits (bounded, 120 s) until [`agreement`] holds: ipamd may still be giving back surplus
-/// addresses or ENIs. Panics with the last difference.
+/// Waits until node `i`'s pool has settled ([`e2e::Node::quiesce`]) and then (bounded) until
+/// [`agreement`] holds: the node's routes and ipamd's holds follow a DEL or a reconciliation
+/// shortly after the pool's totals. Panics with the last difference.
 pub fn settle_and_agree(vbox: &e2e::VpcBox, i: usize) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    loop {
-        match agreement(vbox, i) {
-            Ok(()) => return,
-            Err(e) if std::time::Instant::now() > deadline => panic!("no agreement: {e}"),
-            Err(_) => std::thread::sleep(std::time::Duration::from_secs(2)),
-        }
-    }
+    vbox.node(i).quiesce();
+    testkit::wait_ok(
+        e2e::SETTLE_TIMEOUT,
+        "EC2, ipamd and the node to agree",
+        || agreement(vbox, i),
+    );
 }

@@ -1,17 +1,17 @@
 //! A served router and a raw-bytes client, for abusing the HTTP server.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use introspect::{
     IpamdEnv, Limits, Metrics, NetworkUtilsEnv, PoolView, Source, introspection_router,
     metrics_router, serve_on,
 };
+use testkit::http::get_request;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 
 /// The bound on every wait for the server: generous, so only a hang fails a test.
@@ -86,10 +86,6 @@ pub fn router(source: Arc<dyn Source>) -> axum::Router {
     .merge(metrics_router(metrics, source))
 }
 
-pub fn get_request(path: &str) -> String {
-    format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-}
-
 /// Writes `bytes`, then reads until the server closes (bounded by [`PATIENCE`]).
 pub async fn request<S: AsyncRead + AsyncWrite + Unpin>(stream: S, bytes: &str) -> String {
     String::from_utf8_lossy(&send(stream, bytes.as_bytes(), false).await).into_owned()
@@ -139,53 +135,48 @@ pub async fn read_until_closed<R: AsyncRead + Unpin>(reader: &mut R) -> Vec<u8> 
     }
 }
 
-/// The status code of a raw response, if it has a status line.
-pub fn status(response: &str) -> Option<u16> {
-    response.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
-}
-
 /// A source whose snapshot blocks until released (bounded by [`PATIENCE`]), like ipamd's
 /// lock held by a slow operation.
 pub struct Stuck {
     view: PoolView,
-    entered: AtomicBool,
-    released: AtomicBool,
+    /// Told each time a snapshot is asked for.
+    entered: Notify,
+    released: Mutex<bool>,
+    release: Condvar,
 }
 
 impl Stuck {
     pub fn new(view: PoolView) -> Arc<Stuck> {
         Arc::new(Stuck {
             view,
-            entered: AtomicBool::new(false),
-            released: AtomicBool::new(false),
+            entered: Notify::new(),
+            released: Mutex::new(false),
+            release: Condvar::new(),
         })
     }
 
     pub fn release(&self) {
-        self.released.store(true, Ordering::SeqCst);
+        *self.released.lock().unwrap() = true;
+        self.release.notify_all();
     }
 
     /// Waits (bounded) until a snapshot has been asked for.
     pub async fn wait_entered(&self) {
-        for _ in 0..1000 {
-            if self.entered.load(Ordering::SeqCst) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("no snapshot was ever asked for");
+        tokio::time::timeout(PATIENCE, self.entered.notified())
+            .await
+            .expect("no snapshot was ever asked for");
     }
 }
 
 impl Source for Stuck {
     fn view(&self) -> PoolView {
-        self.entered.store(true, Ordering::SeqCst);
-        for _ in 0..1000 {
-            if self.released.load(Ordering::SeqCst) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        self.entered.notify_one();
+        // Called on a blocking thread (introspect's spawn_blocking), so it may block here.
+        let released = self.released.lock().unwrap();
+        let _ = self
+            .release
+            .wait_timeout_while(released, PATIENCE, |released| !*released)
+            .unwrap();
         self.view.clone()
     }
 }

@@ -3,8 +3,6 @@
 
 pub mod root;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -269,61 +267,13 @@ impl Reply {
     }
 }
 
-/// Sends one HTTP/1.1 request over a plain socket; returns (status, body).
-pub fn http(
-    stream: TcpStream,
-    method: &str,
-    host: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> (u16, String) {
-    let mut stream = stream;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    stream.write_all(req.as_bytes()).unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).unwrap();
-    let status = raw
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = raw
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
-}
-
 /// `http://127.0.0.1:PORT` -> `127.0.0.1:PORT`.
 pub fn host_port(endpoint: &str) -> String {
-    endpoint
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_string()
+    testkit::http::split_url(endpoint).0.to_string()
 }
 
-/// A unique short token for names: pid + per-process counter.
-pub fn unique() -> String {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "{}x{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    )
-}
+/// How long the binary gets to come up or go.
+const PATIENCE: Duration = Duration::from_secs(60);
 
 /// A running `vpc-sim` binary; killed (and its state dir removed) on drop.
 pub struct SimProcess {
@@ -334,7 +284,7 @@ pub struct SimProcess {
 impl SimProcess {
     /// Starts the binary with `--name NAME --state-dir <fresh dir>` plus `args`.
     pub fn start(name: &str, args: &[&str]) -> Self {
-        let dir = std::env::temp_dir().join(format!("vpc-sim-test-{}", unique()));
+        let dir = std::env::temp_dir().join(testkit::unique("vpc-sim-test-"));
         std::fs::create_dir_all(&dir).unwrap();
         let log = std::fs::File::create(dir.join("stderr.log")).unwrap();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_vpc-sim"))
@@ -355,39 +305,40 @@ impl SimProcess {
         std::fs::read_to_string(self.dir.join("stderr.log")).unwrap_or_default()
     }
 
-    /// Waits (at most 60 s) for sim.json; panics with the log if the process exits first.
-    pub fn wait_ready(&mut self) -> vpc_sim::simfile::SimFile {
-        for _ in 0..1200 {
-            if let Ok(f) = vpc_sim::simfile::SimFile::read(&self.dir) {
-                return f;
-            }
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!(
-                    "vpc-sim exited with {status} before it was ready:\n{}",
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("vpc-sim not ready after 60 s:\n{}", self.log());
+    fn child(&mut self) -> &mut std::process::Child {
+        self.child.as_mut().expect("vpc-sim is running")
     }
 
-    /// Waits (at most 60 s) for the process to exit by itself.
-    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let child = self.child.as_mut().unwrap();
-        for _ in 0..1200 {
-            if let Some(status) = child.try_wait().unwrap() {
-                self.child = None;
-                return status;
+    /// Waits (bounded) for sim.json; panics with the log if the process exits first.
+    pub fn wait_ready(&mut self) -> vpc_sim::simfile::SimFile {
+        let ready = testkit::wait::poll(PATIENCE, || {
+            if let Ok(f) = vpc_sim::simfile::SimFile::read(&self.dir) {
+                return Ok(f);
             }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("vpc-sim did not exit within 60 s:\n{}", self.log());
+            match self.child().try_wait().unwrap() {
+                Some(status) => panic!(
+                    "vpc-sim exited with {status} before it was ready:\n{}",
+                    self.log()
+                ),
+                None => Err(()),
+            }
+        });
+        ready.unwrap_or_else(|()| panic!("vpc-sim not ready after {PATIENCE:?}:\n{}", self.log()))
+    }
+
+    /// Waits (bounded) for the process to exit by itself.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let exited = testkit::wait::poll(PATIENCE, || self.child().try_wait().unwrap().ok_or(()));
+        let status = exited.unwrap_or_else(|()| {
+            panic!("vpc-sim did not exit within {PATIENCE:?}:\n{}", self.log())
+        });
+        self.child = None;
+        status
     }
 
     /// Sends SIGTERM and waits (bounded) for the exit status.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
-        let pid = self.child.as_ref().unwrap().id() as i32;
+        let pid = self.child().id() as i32;
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),
             nix::sys::signal::Signal::SIGTERM,
@@ -403,12 +354,9 @@ impl Drop for SimProcess {
             let pid = nix::unistd::Pid::from_raw(child.id() as i32);
             // SIGTERM first so it can remove its namespaces; SIGKILL if it does not go.
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            for _ in 0..200 {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            testkit::within(Duration::from_secs(10), || {
+                matches!(child.try_wait(), Ok(Some(_)))
+            });
             let _ = child.kill();
             let _ = child.wait();
         }

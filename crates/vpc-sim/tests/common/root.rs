@@ -1,40 +1,24 @@
 //! Helpers for the root tests: `ip`, our namespaces, requests from inside a namespace.
 
-use std::net::TcpStream;
-use std::process::{Command, Output};
-
-use vpc_sim::netns;
-
-use super::http;
+use std::process::Output;
 
 /// Runs `ip ARGS`, which must succeed; returns stdout.
 pub fn ip(args: &[&str]) -> String {
-    let out = Command::new("ip").args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let mut argv = vec!["ip"];
+    argv.extend_from_slice(args);
+    testkit::cmd::run(&argv)
 }
 
 /// Runs `ip netns exec NS ARGS...` (any outcome).
 pub fn exec_in(ns: &str, args: &[&str]) -> Output {
-    Command::new("ip")
-        .args(["netns", "exec", ns])
-        .args(args)
-        .output()
-        .unwrap()
+    let mut full = vec!["netns", "exec", ns];
+    full.extend_from_slice(args);
+    testkit::cmd::run_bounded(testkit::cmd::QUICK_SECS, "ip", &full, None)
 }
 
 /// Namespaces whose name starts with `PREFIX-`.
 pub fn our_namespaces(prefix: &str) -> Vec<String> {
-    ip(&["netns", "list"])
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(&format!("{prefix}-")))
-        .map(str::to_string)
-        .collect()
+    testkit::netns::names_with_prefix(&format!("{prefix}-"))
 }
 
 /// Deletes any namespace left with our prefix (only ever ours: the prefix is unique).
@@ -43,7 +27,12 @@ pub struct NsGuard(pub String);
 impl Drop for NsGuard {
     fn drop(&mut self) {
         for ns in our_namespaces(&self.0) {
-            let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+            let _ = testkit::cmd::run_bounded(
+                testkit::cmd::QUICK_SECS,
+                "ip",
+                &["netns", "del", &ns],
+                None,
+            );
         }
     }
 }
@@ -57,9 +46,6 @@ pub fn http_in(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, String) {
-    let target = addr.to_string();
-    let stream = netns::run_in(ns, move || TcpStream::connect(&target))
-        .unwrap()
-        .unwrap();
-    http(stream, method, addr, path, headers, body)
+    let stream = testkit::netns::connect_in(ns, addr);
+    testkit::http::exchange(stream, method, addr, path, headers, body)
 }
