@@ -11,6 +11,18 @@ fn calls_of(ec2: &cloud::fake::FakeEc2, api: &str) -> usize {
     ec2.calls().iter().filter(|c| c.starts_with(api)).count()
 }
 
+/// The next ENI cannot be attached, so ipamd deletes it at once.
+fn refuse_next_attach(ec2: &cloud::fake::FakeEc2) {
+    ec2.fail_next(
+        "AttachNetworkInterface",
+        vec![CloudError::from_code(
+            "AttachNetworkInterface",
+            "AttachmentLimitExceeded",
+            "limit",
+        )],
+    );
+}
+
 fn unavailable(api: &str) -> CloudError {
     CloudError::new(api, CloudErrorKind::Unavailable, "connection reset")
 }
@@ -85,14 +97,7 @@ async fn a_delete_refused_while_ec2_detaches_waits_for_the_detach_then_deletes_o
     let ec2 = ec2(6, "10.0.0.0/24");
     let d = start(dir.path(), &ec2, &ManualClock::at(0)).await;
     // The new ENI cannot be attached, so it is deleted at once; EC2 first says it is in use.
-    ec2.fail_next(
-        "AttachNetworkInterface",
-        vec![CloudError::from_code(
-            "AttachNetworkInterface",
-            "AttachmentLimitExceeded",
-            "limit",
-        )],
-    );
+    refuse_next_attach(&ec2);
     ec2.fail_next(
         "DeleteNetworkInterface",
         vec![CloudError::from_code(
@@ -122,14 +127,7 @@ async fn a_delete_that_keeps_failing_is_sent_once_by_the_daemon() {
     let dir = tempfile::tempdir().unwrap();
     let ec2 = ec2(6, "10.0.0.0/24");
     let d = start(dir.path(), &ec2, &ManualClock::at(0)).await;
-    ec2.fail_next(
-        "AttachNetworkInterface",
-        vec![CloudError::from_code(
-            "AttachNetworkInterface",
-            "AttachmentLimitExceeded",
-            "limit",
-        )],
-    );
+    refuse_next_attach(&ec2);
     ec2.fail_next(
         "DeleteNetworkInterface",
         (0..10)
