@@ -132,6 +132,9 @@ pub struct Pool {
     owner: HashMap<Ipv4Addr, String>,
     /// attachment -> address
     by_key: HashMap<AttachmentKey, Ipv4Addr>,
+    /// ENIs that give no address to a new pod (the primary ENI under custom networking): a
+    /// fact of the node's configuration, set at every start, never persisted.
+    excluded: BTreeSet<String>,
 }
 
 impl Pool {
@@ -142,7 +145,20 @@ impl Pool {
             enis: BTreeMap::new(),
             owner: HashMap::new(),
             by_key: HashMap::new(),
+            excluded: BTreeSet::new(),
         }
+    }
+
+    /// Makes the ENIs in `ids` give no address to a new pod. Their assignments stay until
+    /// released; their free addresses count neither as available nor towards growth, so the
+    /// pool grows on other ENIs instead.
+    pub fn exclude_from_pods(&mut self, ids: BTreeSet<String>) {
+        self.excluded = ids;
+    }
+
+    /// Whether the ENI `id` gives no address to new pods.
+    pub fn is_excluded(&self, id: &str) -> bool {
+        self.excluded.contains(id)
     }
 
     /// Rebuilds the pool from persisted state, keeping every assignment and cooldown deadline.
@@ -538,6 +554,7 @@ impl Pool {
         let choice = self
             .enis
             .values()
+            .filter(|e| !self.excluded.contains(&e.info.id))
             .flat_map(|e| e.addrs.iter().map(move |(ip, s)| (e, *ip, s)))
             .filter(|(_, _, s)| s.is_available(now))
             .min_by_key(|(_, ip, s)| (rank(s), s.released_at, *ip))
@@ -780,7 +797,11 @@ impl Pool {
     /// Counts at `now`.
     pub fn counts(&self, now: Timestamp) -> Counts {
         let mut c = Counts::default();
-        for (_, _, slot) in self.slots() {
+        for (eni, _, slot) in self.slots() {
+            // A free address of an excluded ENI serves no pod: it is not part of the pool.
+            if self.excluded.contains(&eni.id) && !slot.is_assigned() {
+                continue;
+            }
             c.total += 1;
             match slot.state {
                 SlotState::Assigned { .. } => c.assigned += 1,

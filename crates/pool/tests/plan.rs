@@ -102,6 +102,48 @@ fn m5_large_with_the_default_target_fills_the_primary_then_adds_an_eni_for_the_f
 }
 
 #[test]
+fn an_excluded_primary_is_never_grown_or_counted_and_its_addresses_go_to_nobody() {
+    // Custom networking: the primary ENI carries no pods, so the first growth is a new ENI
+    // although the primary has free slots, and pods get only that ENI's addresses.
+    let mut sim = Sim::new(M5_LARGE, Targets::default());
+    sim.pool.exclude_from_pods(["eni-0".to_string()].into());
+    assert_eq!(
+        sim.plan().actions,
+        vec![Action::CreateEni {
+            ips: 9,
+            prefixes: 0
+        }]
+    );
+    sim.converge();
+    assert_eq!((sim.enis(), sim.total()), (2, 9));
+    for _ in 0..9 {
+        assert!(sim.add_pod());
+    }
+    assert!(
+        sim.pool.allocations().iter().all(|a| a.eni_id != "eni-0"),
+        "no pod on the excluded primary"
+    );
+    // Max ENIs is still 3, the primary included: one more ENI, then the node is full.
+    sim.converge();
+    assert_eq!(sim.enis(), 3);
+}
+
+#[test]
+fn free_addresses_on_an_excluded_eni_serve_no_pod_and_count_as_nothing() {
+    let mut pool = pool_with(3);
+    pool.assign(&key(1), &PodInfo::default(), Timestamp(1))
+        .unwrap();
+    pool.exclude_from_pods(["eni-0".to_string()].into());
+    let c = pool.counts(Timestamp(1));
+    assert_eq!((c.total, c.assigned, c.available), (1, 1, 0));
+    assert!(matches!(
+        pool.assign(&key(2), &PodInfo::default(), Timestamp(1)),
+        Err(_)
+    ));
+    assert!(pool.get(&key(1)).is_some(), "the earlier assignment stays");
+}
+
+#[test]
 fn warm_eni_target_zero_grows_only_when_nothing_is_available() {
     let mut sim = Sim::new(M5_LARGE, warm_eni(0));
     sim.converge();
@@ -567,6 +609,7 @@ proptest! {
         extra_pods in 0u32..60,
         targets in targets(),
         first_only in any::<bool>(),
+        exclude_primary in any::<bool>(),
         steps in proptest::collection::vec(step(), 1..60),
     ) {
         let capacity = max_enis * per_eni * if targets.prefix_delegation { 16 } else { 1 };
@@ -577,6 +620,10 @@ proptest! {
         };
         let mut sim = Sim::new(limits, targets);
         sim.first_only = first_only;
+        if exclude_primary {
+            // Custom networking: the primary ENI carries no pods.
+            sim.pool.exclude_from_pods(["eni-0".to_string()].into());
+        }
         sim.converge();
         for step in steps {
             match step {
@@ -600,6 +647,10 @@ proptest! {
             }
             let settled = sim.converge();
             prop_assert!(settled.actions.is_empty());
+            prop_assert!(
+                !exclude_primary || sim.pool.allocations().iter().all(|a| a.eni_id != "eni-0"),
+                "a pod got an address of the excluded primary ENI"
+            );
             prop_assert!(
                 !low(&sim) || settled.blocked.is_some(),
                 "low but not blocked: {:?}", sim.pool.counts(sim.now)

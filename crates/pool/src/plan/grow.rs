@@ -23,7 +23,7 @@ pub(super) fn growth(
     let want = units.min((limits.max_pods - total).div_ceil(targets.unit()));
     let per_eni = limits.secondary_ips_per_eni;
     if want > 0 {
-        if let Some(eni) = view.enis.iter().find(|e| e.slots < per_eni) {
+        if let Some(eni) = view.enis.iter().find(|e| !e.excluded && e.slots < per_eni) {
             let count = want.min(per_eni - eni.slots);
             let eni_id = eni.info.id.clone();
             let action = if targets.prefix_delegation {

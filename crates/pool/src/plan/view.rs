@@ -67,6 +67,9 @@ impl Unit {
 /// One ENI.
 pub(super) struct EniView<'a> {
     pub info: &'a EniInfo,
+    /// It gives no address to new pods (see [`Pool::exclude_from_pods`]): never grown, and
+    /// only its assigned addresses count.
+    pub excluded: bool,
     /// Address slots used: secondary /32s plus delegated prefixes (EC2 counts both against
     /// the ENI's IPv4 address limit).
     pub slots: u32,
@@ -100,7 +103,11 @@ fn eni_view<'a>(pool: &Pool, info: &'a EniInfo, now: Timestamp) -> EniView<'a> {
     let mut secondaries = 0;
     let mut releasable = Vec::new();
     let mut prefix_available: BTreeMap<Ipv4Network, u32> = BTreeMap::new();
+    let excluded = pool.is_excluded(&info.id);
     for (ip, slot) in pool.addresses(&info.id) {
+        if excluded && !slot.is_assigned() {
+            continue;
+        }
         let available = slot.is_available(now);
         totals.total += 1;
         totals.assigned += u32::from(slot.is_assigned());
@@ -126,6 +133,7 @@ fn eni_view<'a>(pool: &Pool, info: &'a EniInfo, now: Timestamp) -> EniView<'a> {
     releasable.sort_by_key(|u| Reverse(u.start()));
     EniView {
         info,
+        excluded,
         slots: secondaries + prefixes,
         totals,
         cooling,
