@@ -23,7 +23,7 @@ pub use aws_sdk_ec2 as sdk;
 
 use crate::{
     Attachment, CloudError, CloudErrorKind, CreateEni, Ec2, EniFilter, Imds, InstanceLimits,
-    NetworkInterface,
+    NetworkInterface, Subnet,
 };
 use ipnetwork::Ipv4Network;
 
@@ -220,17 +220,96 @@ fn to_network_interface(
             .iter()
             .filter_map(|g| g.group_id().map(str::to_string))
             .collect(),
-        tags: eni
-            .tag_set()
-            .iter()
-            .filter_map(|t| {
-                Some((
-                    t.key()?.to_string(),
-                    t.value().unwrap_or_default().to_string(),
-                ))
-            })
-            .collect(),
+        tags: tag_map(eni.tag_set()),
     })
+}
+
+fn tag_map(tags: &[Tag]) -> BTreeMap<String, String> {
+    tags.iter()
+        .filter_map(|t| {
+            Some((
+                t.key()?.to_string(),
+                t.value().unwrap_or_default().to_string(),
+            ))
+        })
+        .collect()
+}
+
+fn to_subnet(api: &str, s: &aws_sdk_ec2::types::Subnet) -> Result<Subnet, CloudError> {
+    let id = required(api, "SubnetId", s.subnet_id())?;
+    let field = |name: &str| format!("{name} of {id}");
+    let cidr = required(api, &field("CidrBlock"), s.cidr_block())?;
+    let available = s
+        .available_ip_address_count()
+        .ok_or_else(|| missing(api, &field("AvailableIpAddressCount")))?;
+    Ok(Subnet {
+        id: id.to_string(),
+        cidr: cidr.parse().map_err(|_| {
+            CloudError::new(
+                api,
+                CloudErrorKind::Other,
+                format!("EC2 returned CidrBlock {cidr:?} of {id}, not an IPv4 network"),
+            )
+        })?,
+        availability_zone: required(api, &field("AvailabilityZone"), s.availability_zone())?
+            .to_string(),
+        vpc_id: required(api, &field("VpcId"), s.vpc_id())?.to_string(),
+        available_ips: u32::try_from(available).unwrap_or(0),
+        tags: tag_map(s.tags()),
+    })
+}
+
+/// The subnets of an answer that can hold IPv4 ENIs: an IPv6-only subnet has no IPv4 CIDR by
+/// design, so it is left out rather than taken for an incomplete answer.
+fn ipv4_subnets(
+    api: &str,
+    subnets: &[aws_sdk_ec2::types::Subnet],
+) -> Result<Vec<Subnet>, CloudError> {
+    subnets
+        .iter()
+        .filter(|s| s.ipv6_native() != Some(true))
+        .map(|s| to_subnet(api, s))
+        .collect()
+}
+
+fn sdk_filters(filters: &[EniFilter]) -> Vec<Filter> {
+    filters
+        .iter()
+        .map(|f| {
+            Filter::builder()
+                .name(&f.name)
+                .set_values(Some(f.values.clone()))
+                .build()
+        })
+        .collect()
+}
+
+/// Pages the answers of `api` are cut into, at most; a listing that needs more is refused
+/// rather than followed forever (a VPC-wide listing at 1000 a page ends long before).
+const MAX_PAGES: usize = 1000;
+
+/// Every item of a paginated call: `page(token)` sends one request and returns its items and
+/// the next token.
+async fn all_pages<T, F, Fut>(api: &str, mut page: F) -> Result<Vec<T>, CloudError>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>), CloudError>>,
+{
+    let mut all = Vec::new();
+    let mut token = None;
+    for _ in 0..MAX_PAGES {
+        let (items, next) = page(token).await?;
+        all.extend(items);
+        token = next;
+        if token.is_none() {
+            return Ok(all);
+        }
+    }
+    Err(CloudError::new(
+        api,
+        CloudErrorKind::Other,
+        format!("more than {MAX_PAGES} pages"),
+    ))
 }
 
 impl Ec2 for AwsEc2 {
@@ -492,41 +571,25 @@ impl Ec2 for AwsEc2 {
         filters: &[EniFilter],
     ) -> Result<Vec<NetworkInterface>, CloudError> {
         let api = "DescribeNetworkInterfaces";
-        let filters: Vec<Filter> = filters
-            .iter()
-            .map(|f| {
-                Filter::builder()
-                    .name(&f.name)
-                    .set_values(Some(f.values.clone()))
-                    .build()
-            })
-            .collect();
-        let mut enis = Vec::new();
-        let mut token = None;
-        // Bounded: a VPC-wide listing at 1000 a page ends long before this.
-        for _ in 0..1000 {
+        let filters = &sdk_filters(filters);
+        all_pages(api, |token| async move {
             let out = self
                 .client
                 .describe_network_interfaces()
-                .set_filters(Some(filters.clone()))
+                .set_filters(Some(filters.to_vec()))
                 .max_results(1000)
                 .set_next_token(token)
                 .send()
                 .await
                 .map_err(|e| sdk_error(api, e))?;
-            for eni in out.network_interfaces() {
-                enis.push(to_network_interface(api, eni)?);
-            }
-            token = out.next_token().map(str::to_string);
-            if token.is_none() {
-                return Ok(enis);
-            }
-        }
-        Err(CloudError::new(
-            api,
-            CloudErrorKind::Other,
-            "more than 1000 pages of ENIs",
-        ))
+            let enis = out
+                .network_interfaces()
+                .iter()
+                .map(|e| to_network_interface(api, e))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((enis, out.next_token().map(str::to_string)))
+        })
+        .await
     }
 
     async fn create_tags(
@@ -548,11 +611,32 @@ impl Ec2 for AwsEc2 {
             .map_err(|e| sdk_error(api, e))?;
         Ok(())
     }
+
+    async fn describe_subnets(&self, filters: &[EniFilter]) -> Result<Vec<Subnet>, CloudError> {
+        let api = "DescribeSubnets";
+        let filters = &sdk_filters(filters);
+        all_pages(api, |token| async move {
+            let out = self
+                .client
+                .describe_subnets()
+                .set_filters(Some(filters.to_vec()))
+                .max_results(1000)
+                .set_next_token(token)
+                .send()
+                .await
+                .map_err(|e| sdk_error(api, e))?;
+            let subnets = ipv4_subnets(api, out.subnets())?;
+            Ok((subnets, out.next_token().map(str::to_string)))
+        })
+        .await
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use aws_sdk_ec2::types::{NetworkInterface as SdkEni, NetworkInterfaceAttachment};
+    use aws_sdk_ec2::types::{
+        NetworkInterface as SdkEni, NetworkInterfaceAttachment, Subnet as SdkSubnet,
+    };
 
     use super::*;
 
@@ -604,5 +688,70 @@ mod tests {
                 .ends_with("lacks Attachment.DeviceIndex of eni-1"),
             "{e}"
         );
+    }
+
+    fn complete_subnet() -> aws_sdk_ec2::types::builders::SubnetBuilder {
+        SdkSubnet::builder()
+            .subnet_id("subnet-1")
+            .cidr_block("100.64.1.0/24")
+            .availability_zone("us-west-2b")
+            .vpc_id("vpc-1")
+            .available_ip_address_count(247)
+            .tags(
+                Tag::builder()
+                    .key("kubernetes.io/role/cni")
+                    .value("1")
+                    .build(),
+            )
+    }
+
+    #[test]
+    fn a_complete_subnet_converts_and_an_ipv6_only_one_is_left_out() {
+        let api = "DescribeSubnets";
+        let v6 = SdkSubnet::builder()
+            .subnet_id("subnet-6")
+            .ipv6_native(true)
+            .build();
+        let got = ipv4_subnets(api, &[complete_subnet().build(), v6]).unwrap();
+        assert_eq!(
+            got,
+            vec![Subnet {
+                id: "subnet-1".into(),
+                cidr: "100.64.1.0/24".parse().unwrap(),
+                availability_zone: "us-west-2b".into(),
+                vpc_id: "vpc-1".into(),
+                available_ips: 247,
+                tags: [("kubernetes.io/role/cni".to_string(), "1".to_string())].into(),
+            }]
+        );
+    }
+
+    #[test]
+    fn a_subnet_missing_a_field_is_an_error_naming_it_and_the_call() {
+        let api = "DescribeSubnets";
+        let lacks = |s: SdkSubnet| to_subnet(api, &s).unwrap_err().to_string();
+        assert_eq!(
+            lacks(complete_subnet().set_subnet_id(None).build()),
+            "DescribeSubnets: EC2's answer lacks SubnetId"
+        );
+        for (subnet, field) in [
+            (complete_subnet().set_cidr_block(None).build(), "CidrBlock"),
+            (
+                complete_subnet().set_availability_zone(None).build(),
+                "AvailabilityZone",
+            ),
+            (complete_subnet().vpc_id("").build(), "VpcId"),
+            (
+                complete_subnet()
+                    .set_available_ip_address_count(None)
+                    .build(),
+                "AvailableIpAddressCount",
+            ),
+        ] {
+            let e = lacks(subnet);
+            assert!(e.ends_with(&format!("lacks {field} of subnet-1")), "{e}");
+        }
+        let e = lacks(complete_subnet().cidr_block("2600::/64").build());
+        assert!(e.contains("CidrBlock \"2600::/64\" of subnet-1"), "{e}");
     }
 }

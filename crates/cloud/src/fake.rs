@@ -8,7 +8,7 @@ use ipnetwork::Ipv4Network;
 
 use crate::{
     Attachment, CloudError, CloudErrorKind, CreateEni, Ec2, EniFilter, Imds, InstanceLimits,
-    NetworkInterface,
+    NetworkInterface, Subnet,
 };
 
 /// IMDS as a map of paths to values.
@@ -56,6 +56,8 @@ struct Ec2State {
     enis: BTreeMap<String, NetworkInterface>,
     /// Free addresses per subnet, handed out lowest first.
     free: HashMap<String, Vec<Ipv4Addr>>,
+    /// Subnets DescribeSubnets knows (their `available_ips` is counted from `free` when asked).
+    subnets: BTreeMap<String, Subnet>,
     /// Errors returned by the next calls of an API, in order.
     failures: HashMap<&'static str, Vec<CloudError>>,
     calls: Vec<String>,
@@ -110,25 +112,34 @@ impl FakeEc2 {
         let taken: Vec<Ipv4Addr> = s
             .enis
             .values()
-            .flat_map(|e| {
-                e.primary_ip
-                    .into_iter()
-                    .chain(e.secondary_ips.iter().copied())
-            })
-            .chain(eni.primary_ip)
-            .chain(eni.secondary_ips.iter().copied())
+            .chain([&eni])
+            .flat_map(|e| e.primary_ip.iter().chain(&e.secondary_ips).copied())
             .collect();
-        let size = subnet_cidr.size();
-        let free = s.free.entry(eni.subnet_id.clone()).or_insert_with(|| {
-            subnet_cidr
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i >= 4 && (*i as u64) + 1 < u64::from(size))
-                .map(|(_, ip)| ip)
-                .collect()
-        });
+        let free = s
+            .free
+            .entry(eni.subnet_id.clone())
+            .or_insert_with(|| assignable(subnet_cidr));
         free.retain(|ip| !taken.contains(ip));
         s.enis.insert(eni.id.clone(), eni);
+    }
+
+    /// Makes DescribeSubnets know a subnet, and CreateNetworkInterface able to use it. Its
+    /// `available_ips` is not taken from `subnet`: the fake counts what is free when asked, its
+    /// CIDR's hosts minus AWS's reserved ones and the addresses its ENIs hold.
+    pub fn add_subnet(&self, subnet: Subnet) {
+        let mut s = self.lock();
+        let held: Vec<Ipv4Addr> = s
+            .enis
+            .values()
+            .filter(|e| e.subnet_id == subnet.id)
+            .flat_map(|e| e.primary_ip.iter().chain(&e.secondary_ips).copied())
+            .collect();
+        s.free.entry(subnet.id.clone()).or_insert_with(|| {
+            let mut free = assignable(subnet.cidr);
+            free.retain(|ip| !held.contains(ip));
+            free
+        });
+        s.subnets.insert(subnet.id.clone(), subnet);
     }
 
     /// Makes the next `n` CreateNetworkInterface calls create their ENI and then fail as a lost
@@ -164,6 +175,53 @@ impl FakeEc2 {
         }
         Ok(s)
     }
+}
+
+/// The addresses of `cidr` EC2 may assign: all but the first four and the last.
+fn assignable(cidr: Ipv4Network) -> Vec<Ipv4Addr> {
+    let size = u64::from(cidr.size());
+    cidr.iter()
+        .enumerate()
+        .filter(|(i, _)| *i >= 4 && (*i as u64) + 1 < size)
+        .map(|(_, ip)| ip)
+        .collect()
+}
+
+/// The values of a `tag-key` or `tag:<key>` filter for a resource with `tags`; `None` for any
+/// other filter name.
+fn tag_values(name: &str, tags: &BTreeMap<String, String>) -> Option<Vec<String>> {
+    match name {
+        "tag-key" => Some(tags.keys().cloned().collect()),
+        _ => Some(
+            tags.get(name.strip_prefix("tag:")?)
+                .cloned()
+                .into_iter()
+                .collect(),
+        ),
+    }
+}
+
+/// Whether a resource passes every filter (filters AND, values OR, exact values);
+/// `values(name)` gives the resource's values for a filter name, `None` for a name the fake
+/// does not know, which fails the call as EC2 fails an invalid filter.
+fn passes(
+    api: &str,
+    filters: &[EniFilter],
+    values: impl Fn(&str) -> Option<Vec<String>>,
+) -> Result<bool, CloudError> {
+    for f in filters {
+        let have = values(&f.name).ok_or_else(|| {
+            CloudError::from_code(
+                api,
+                "InvalidParameterValue",
+                format!("The filter '{}' is invalid", f.name),
+            )
+        })?;
+        if !have.iter().any(|v| f.values.contains(v)) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Takes the lowest /28-aligned block of 16 free addresses, as EC2 delegates prefixes.
@@ -590,38 +648,25 @@ impl Ec2 for FakeEc2 {
     ) -> Result<Vec<NetworkInterface>, CloudError> {
         let api = "DescribeNetworkInterfaces";
         let s = self.begin(api, format!("{} filters", filters.len()))?;
-        let matches = |eni: &NetworkInterface, f: &EniFilter| -> Result<bool, CloudError> {
-            let values: Vec<String> = match f.name.as_str() {
-                "attachment.instance-id" => eni
-                    .attachment
-                    .iter()
-                    .filter_map(|a| a.instance_id.clone())
-                    .collect(),
-                "status" => vec![eni.status.clone()],
-                "vpc-id" => vec![eni.vpc_id.clone()],
-                "subnet-id" => vec![eni.subnet_id.clone()],
-                "description" => vec![eni.description.clone()],
-                "tag-key" => eni.tags.keys().cloned().collect(),
-                name => match name.strip_prefix("tag:") {
-                    Some(key) => eni.tags.get(key).cloned().into_iter().collect(),
-                    None => {
-                        return Err(CloudError::from_code(
-                            api,
-                            "InvalidParameterValue",
-                            format!("The filter '{name}' is invalid"),
-                        ));
-                    }
-                },
-            };
-            Ok(values.iter().any(|v| f.values.contains(v)))
-        };
         let mut found = Vec::new();
         for eni in s.enis.values() {
-            let mut all = true;
-            for f in filters {
-                all &= matches(eni, f)?;
-            }
-            if all {
+            let values = |name: &str| {
+                let one = |v: &String| Some(vec![v.clone()]);
+                match name {
+                    "attachment.instance-id" => Some(
+                        eni.attachment
+                            .iter()
+                            .filter_map(|a| a.instance_id.clone())
+                            .collect(),
+                    ),
+                    "status" => one(&eni.status),
+                    "vpc-id" => one(&eni.vpc_id),
+                    "subnet-id" => one(&eni.subnet_id),
+                    "description" => one(&eni.description),
+                    name => tag_values(name, &eni.tags),
+                }
+            };
+            if passes(api, filters, values)? {
                 found.push(eni.clone());
             }
         }
@@ -634,13 +679,163 @@ impl Ec2 for FakeEc2 {
         tags: &BTreeMap<String, String>,
     ) -> Result<(), CloudError> {
         let api = "CreateTags";
-        let mut s = self.begin(api, resource_id.to_string())?;
-        let eni = s
-            .enis
-            .get_mut(resource_id)
-            .ok_or_else(|| not_found(api, resource_id))?;
-        eni.tags
-            .extend(tags.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut guard = self.begin(api, resource_id.to_string())?;
+        let s = &mut *guard;
+        let target = match (s.enis.get_mut(resource_id), s.subnets.get_mut(resource_id)) {
+            (Some(eni), _) => &mut eni.tags,
+            (None, Some(subnet)) => &mut subnet.tags,
+            (None, None) => return Err(not_found(api, resource_id)),
+        };
+        target.extend(tags.iter().map(|(k, v)| (k.clone(), v.clone())));
         Ok(())
+    }
+
+    async fn describe_subnets(&self, filters: &[EniFilter]) -> Result<Vec<Subnet>, CloudError> {
+        let api = "DescribeSubnets";
+        let s = self.begin(api, format!("{} filters", filters.len()))?;
+        let mut found = Vec::new();
+        for subnet in s.subnets.values() {
+            let values = |name: &str| {
+                let one = |v: String| Some(vec![v]);
+                match name {
+                    "subnet-id" => one(subnet.id.clone()),
+                    "vpc-id" => one(subnet.vpc_id.clone()),
+                    "availability-zone" => one(subnet.availability_zone.clone()),
+                    "cidr-block" => one(subnet.cidr.to_string()),
+                    name => tag_values(name, &subnet.tags),
+                }
+            };
+            if passes(api, filters, values)? {
+                let free = s.free.get(&subnet.id).map_or(0, Vec::len);
+                found.push(Subnet {
+                    available_ips: u32::try_from(free).unwrap_or(u32::MAX),
+                    ..subnet.clone()
+                });
+            }
+        }
+        Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subnet(id: &str, cidr: &str, az: &str, tags: &[(&str, &str)]) -> Subnet {
+        Subnet {
+            id: id.into(),
+            cidr: cidr.parse().unwrap(),
+            availability_zone: az.into(),
+            vpc_id: "vpc-1".into(),
+            available_ips: 0,
+            tags: tags
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    fn ids(subnets: &[Subnet]) -> Vec<&str> {
+        subnets.iter().map(|s| s.id.as_str()).collect()
+    }
+
+    #[tokio::test]
+    async fn subnets_are_filtered_and_their_free_counts_follow_allocations() {
+        let ec2 = FakeEc2::default();
+        ec2.add_subnet(subnet("subnet-a", "10.0.0.0/24", "us-west-2a", &[]));
+        ec2.add_subnet(subnet(
+            "subnet-cni",
+            "100.64.1.0/28",
+            "us-west-2a",
+            &[("kubernetes.io/role/cni", "1")],
+        ));
+        ec2.add_subnet(subnet(
+            "subnet-b",
+            "100.64.2.0/24",
+            "us-west-2b",
+            &[("kubernetes.io/role/cni", "0")],
+        ));
+        let f = EniFilter::new;
+        let in_a = ec2
+            .describe_subnets(&[f("availability-zone", "us-west-2a")])
+            .await
+            .unwrap();
+        assert_eq!(ids(&in_a), ["subnet-a", "subnet-cni"]);
+        assert_eq!(in_a[1].available_ips, 11, "a /28 less AWS's five");
+        let tagged = ec2
+            .describe_subnets(&[f("tag-key", "kubernetes.io/role/cni")])
+            .await
+            .unwrap();
+        assert_eq!(ids(&tagged), ["subnet-b", "subnet-cni"]);
+        let cni = ec2
+            .describe_subnets(&[f("tag:kubernetes.io/role/cni", "1"), f("vpc-id", "vpc-1")])
+            .await
+            .unwrap();
+        assert_eq!(ids(&cni), ["subnet-cni"]);
+        assert_eq!(
+            cni[0]
+                .tags
+                .get("kubernetes.io/role/cni")
+                .map(String::as_str),
+            Some("1")
+        );
+
+        let eni = ec2
+            .create_network_interface(&CreateEni {
+                subnet_id: "subnet-cni".into(),
+                secondary_ips: 2,
+                ..CreateEni::default()
+            })
+            .await
+            .unwrap();
+        let count = |v: Vec<Subnet>| v[0].available_ips;
+        let cni_only = [f("subnet-id", "subnet-cni")];
+        assert_eq!(count(ec2.describe_subnets(&cni_only).await.unwrap()), 8);
+        ec2.unassign_private_ips(&eni.id, &eni.secondary_ips[..1])
+            .await
+            .unwrap();
+        assert_eq!(count(ec2.describe_subnets(&cni_only).await.unwrap()), 9);
+
+        ec2.create_tags(
+            "subnet-a",
+            &[("kubernetes.io/role/cni".to_string(), "1".to_string())].into(),
+        )
+        .await
+        .unwrap();
+        let cni = ec2
+            .describe_subnets(&[f("tag:kubernetes.io/role/cni", "1")])
+            .await
+            .unwrap();
+        assert_eq!(ids(&cni), ["subnet-a", "subnet-cni"]);
+
+        let err = ec2
+            .describe_subnets(&[f("default-for-az", "true")])
+            .await
+            .unwrap_err();
+        assert_eq!(err.code.as_deref(), Some("InvalidParameterValue"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_subnet_added_after_its_enis_keeps_their_addresses_taken() {
+        let ec2 = FakeEc2::default();
+        let eni = NetworkInterface {
+            id: "eni-1".into(),
+            subnet_id: "subnet-a".into(),
+            primary_ip: Some("10.0.0.4".parse().unwrap()),
+            secondary_ips: vec!["10.0.0.5".parse().unwrap()],
+            ..NetworkInterface::default()
+        };
+        ec2.add_eni(eni, "10.0.0.0/24".parse().unwrap());
+        ec2.add_subnet(subnet("subnet-a", "10.0.0.0/24", "us-west-2a", &[]));
+        let all = ec2.describe_subnets(&[]).await.unwrap();
+        assert_eq!(all[0].available_ips, 251 - 2);
+        let created = ec2
+            .create_network_interface(&CreateEni {
+                subnet_id: "subnet-a".into(),
+                ..CreateEni::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(created.primary_ip, Some("10.0.0.6".parse().unwrap()));
     }
 }

@@ -27,7 +27,7 @@ pub use identity::{
     node_identity,
 };
 pub use limits::{InstanceLimits, InstanceTable};
-pub use types::{Attachment, CreateEni, EniFilter, NetworkInterface};
+pub use types::{Attachment, CreateEni, EniFilter, NetworkInterface, Subnet};
 
 /// The EC2 calls ipamd makes. Each call is one API request (the implementation may retry
 /// transient failures); errors carry the AWS error code.
@@ -128,6 +128,13 @@ pub trait Ec2: Send + Sync + 'static {
         resource_id: &str,
         tags: &BTreeMap<String, String>,
     ) -> impl Future<Output = Result<(), CloudError>> + Send;
+
+    /// Subnets matching every filter (DescribeSubnets with filters, all pages), e.g. those of
+    /// the node's VPC and AZ, for subnet discovery.
+    fn describe_subnets(
+        &self,
+        filters: &[EniFilter],
+    ) -> impl Future<Output = Result<Vec<Subnet>, CloudError>> + Send;
 }
 
 /// Instance metadata (IMDSv2).
@@ -243,5 +250,12 @@ impl<T: Ec2> Ec2 for std::sync::Arc<T> {
         tags: &BTreeMap<String, String>,
     ) -> impl Future<Output = Result<(), CloudError>> + Send {
         (**self).create_tags(resource_id, tags)
+    }
+
+    fn describe_subnets(
+        &self,
+        filters: &[EniFilter],
+    ) -> impl Future<Output = Result<Vec<Subnet>, CloudError>> + Send {
+        (**self).describe_subnets(filters)
     }
 }

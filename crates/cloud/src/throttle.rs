@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use crate::retry::{RetryPolicy, retry};
 use crate::{
-    CloudError, CloudErrorKind, CreateEni, Ec2, EniFilter, InstanceLimits, NetworkInterface,
+    CloudError, CloudErrorKind, CreateEni, Ec2, EniFilter, InstanceLimits, NetworkInterface, Subnet,
 };
 
 /// A rate or queue setting that cannot work.
@@ -418,6 +418,11 @@ impl<E: Ec2> Ec2 for Throttled<E> {
         self.call("CreateTags", || self.inner.create_tags(resource_id, tags))
             .await
     }
+
+    async fn describe_subnets(&self, filters: &[EniFilter]) -> Result<Vec<Subnet>, CloudError> {
+        self.call("DescribeSubnets", || self.inner.describe_subnets(filters))
+            .await
+    }
 }
 
 #[cfg(test)]
@@ -529,6 +534,19 @@ mod tests {
         assert!(ec2.describe_instance_enis("i-1").await.unwrap().is_empty());
         assert_eq!(ec2.stats().retries.load(Ordering::Relaxed), 2);
         assert_eq!(fake.calls().len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn describe_subnets_is_throttled_and_retried_as_its_own_api() {
+        let fake = Arc::new(FakeEc2::default());
+        fake.fail_next("DescribeSubnets", vec![throttled("DescribeSubnets")]);
+        let ec2 = throttled_ec2(&fake, quick());
+        assert!(ec2.describe_subnets(&[]).await.unwrap().is_empty());
+        assert_eq!(ec2.stats().retries.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            fake.calls(),
+            ["DescribeSubnets(0 filters)", "DescribeSubnets(0 filters)"]
+        );
     }
 
     #[derive(Default)]

@@ -47,6 +47,23 @@ pub struct Attachment {
     pub delete_on_termination: bool,
 }
 
+/// A subnet as EC2 describes it (the fields ipamd uses to pick one for a new ENI).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Subnet {
+    /// `subnet-...`.
+    pub id: String,
+    /// Its IPv4 CIDR.
+    pub cidr: Ipv4Network,
+    /// Availability zone, e.g. `us-west-2a`.
+    pub availability_zone: String,
+    /// VPC.
+    pub vpc_id: String,
+    /// Free addresses left (`AvailableIpAddressCount`).
+    pub available_ips: u32,
+    /// Tags.
+    pub tags: BTreeMap<String, String>,
+}
+
 /// What a new ENI is created with.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CreateEni {
@@ -68,8 +85,9 @@ pub struct CreateEni {
     pub client_token: String,
 }
 
-/// A DescribeNetworkInterfaces filter: `name` is one of EC2's filter names (`status`,
-/// `vpc-id`, `tag-key`, `tag:<key>`, `attachment.instance-id`, ...); any value matches.
+/// A Describe* filter (DescribeNetworkInterfaces, DescribeSubnets): `name` is one of EC2's
+/// filter names for that call (`status`, `vpc-id`, `availability-zone`, `tag-key`,
+/// `tag:<key>`, `attachment.instance-id`, ...); any value matches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EniFilter {
     /// Filter name.

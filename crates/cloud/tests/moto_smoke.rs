@@ -5,7 +5,7 @@
 #![cfg(feature = "aws")]
 
 use cloud::aws::{AwsEc2, sdk};
-use cloud::{CloudErrorKind, Ec2, InstanceTable};
+use cloud::{CloudErrorKind, Ec2, EniFilter, InstanceTable};
 
 fn moto_client() -> sdk::Client {
     let endpoint = std::env::var("MOTO_ENDPOINT")
@@ -63,6 +63,29 @@ async fn the_aws_client_speaks_ec2_as_moto_understands_it() {
     let t3 = ec2.describe_instance_type("t3.medium").await.unwrap();
     assert_eq!(Some(t3), InstanceTable::embedded().get("t3.medium"));
     assert_eq!((t3.max_enis, t3.ipv4_per_eni, t3.nitro), (3, 6, true));
+
+    // DescribeSubnets, with a tag filter on a tag we set.
+    let in_vpc = ec2
+        .describe_subnets(&[EniFilter::new("vpc-id", &vpc_id)])
+        .await
+        .unwrap();
+    assert_eq!(in_vpc.len(), 1, "{in_vpc:?}");
+    let s = &in_vpc[0];
+    assert_eq!(
+        (s.id.as_str(), s.vpc_id.as_str()),
+        (subnet_id.as_str(), vpc_id.as_str())
+    );
+    assert_eq!(s.cidr.to_string(), "10.20.1.0/24");
+    assert!(s.availability_zone.starts_with("us-west-2"), "{s:?}");
+    assert!(s.available_ips > 0 && s.available_ips <= 251, "{s:?}");
+    let role = [("kubernetes.io/role/cni".to_string(), "1".to_string())].into();
+    ec2.create_tags(&subnet_id, &role).await.unwrap();
+    let tagged = ec2
+        .describe_subnets(&[EniFilter::new("tag:kubernetes.io/role/cni", "1")])
+        .await
+        .unwrap();
+    assert_eq!(tagged.len(), 1, "{tagged:?}");
+    assert_eq!(tagged[0].tags, role);
 
     // DescribeNetworkInterfaces.
     let enis = ec2
