@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cluster::EniConfigKeys;
 use cni::settings::{DEFAULT_MTU, DEFAULT_VETH_PREFIX, SettingError};
 use ipnetwork::Ipv4Network;
 use netops::snat::{DEFAULT_CONNMARK, Randomize, SnatError};
@@ -118,6 +119,17 @@ pub struct Config {
     /// `AWS_VPC_K8S_CNI_BACKING_STORE`: the Go CNI's checkpoint, read once when a node
     /// switches from aws-node so its pods keep their addresses.
     pub go_cni_checkpoint: PathBuf,
+    /// `MY_NODE_NAME` (the downward API's `spec.nodeName`): the Node object ipamd follows.
+    pub node_name: Option<String>,
+    /// `AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG`: new ENIs go to the node's ENIConfig's subnet with
+    /// its security groups, and the primary ENI carries no pods.
+    pub custom_networking: bool,
+    /// `ENI_CONFIG_ANNOTATION_DEF` and `ENI_CONFIG_LABEL_DEF`: the node keys naming its
+    /// ENIConfig.
+    pub eni_config_keys: EniConfigKeys,
+    /// `ENABLE_SUBNET_DISCOVERY`: new ENIs may go to subnets of the node's VPC and zone
+    /// tagged `kubernetes.io/role/cni`.
+    pub subnet_discovery: bool,
 }
 
 /// Go's strconv.ParseBool spellings.
@@ -133,7 +145,6 @@ pub const IGNORED_WITH_WARNING: &[(&str, &[&str])] = &[
     ("ENABLE_IPv6", FALSE),
     ("ENABLE_V6_EGRESS", FALSE),
     ("AWS_EXTERNAL_SERVICE_CIDRS", &[]),
-    ("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", FALSE),
     ("ENABLE_POD_ENI", FALSE),
     ("AWS_MANAGE_ENIS_NON_SCHEDULABLE", TRUE),
     ("DISABLE_NETWORK_RESOURCE_PROVISIONING", FALSE),
@@ -229,6 +240,33 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
                 Err("must be an absolute path".into())
             }
         })
+    }
+}
+
+/// A label or annotation key: an optional DNS-subdomain prefix and `/`, then a name of at
+/// most 63 characters of alphanumerics, `-`, `_` and `.`, starting and ending alphanumeric.
+fn node_key(v: &str) -> Result<String, String> {
+    let (prefix, name) = v.rsplit_once('/').unwrap_or(("", v));
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    let prefix_ok = !v.contains('/')
+        || (!prefix.is_empty()
+            && prefix.len() <= 253
+            && prefix
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-.".contains(c)));
+    if name_ok && prefix_ok {
+        Ok(v.to_string())
+    } else {
+        Err(
+            "expected a Kubernetes label or annotation key, e.g. k8s.amazonaws.com/eniConfig"
+                .into(),
+        )
     }
 }
 
@@ -408,6 +446,21 @@ impl Config {
                 "/var/log/aws-routed-eni/ipamd.log",
                 log_target,
             )?,
+            node_name: env.raw("MY_NODE_NAME"),
+            custom_networking: env.boolean("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", false)?,
+            eni_config_keys: EniConfigKeys {
+                annotation: env.parsed(
+                    "ENI_CONFIG_ANNOTATION_DEF",
+                    &EniConfigKeys::default().annotation,
+                    node_key,
+                )?,
+                label: env.parsed(
+                    "ENI_CONFIG_LABEL_DEF",
+                    &EniConfigKeys::default().label,
+                    node_key,
+                )?,
+            },
+            subnet_discovery: env.boolean("ENABLE_SUBNET_DISCOVERY", true)?,
             go_cni_checkpoint: PathBuf::from(
                 env.raw("AWS_VPC_K8S_CNI_BACKING_STORE")
                     .unwrap_or_else(|| "/var/run/aws-node/ipam.json".into()),
@@ -466,6 +519,16 @@ mod tests {
         );
         assert_eq!(c.reconcile_interval, Duration::from_secs(60));
         assert_eq!(
+            (
+                c.custom_networking,
+                c.subnet_discovery,
+                c.node_name.as_deref()
+            ),
+            (false, true, None),
+            "subnet discovery is on by default, as in the Go CNI since 1.18"
+        );
+        assert_eq!(c.eni_config_keys, EniConfigKeys::default());
+        assert_eq!(
             c.introspection_bind,
             BindAddress::Tcp("127.0.0.1:61679".parse().unwrap())
         );
@@ -502,8 +565,15 @@ mod tests {
             ("AWS_VPC_K8S_CNI_RANDOMIZESNAT", "hashrandom"),
             ("AWS_VPC_K8S_CNI_CONNMARK", "0x4000"),
             ("IPAMD_RECONCILE_INTERVAL", "2"),
+            ("MY_NODE_NAME", "ip-10-0-0-4.ec2.internal"),
+            ("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "true"),
+            ("ENI_CONFIG_LABEL_DEF", "topology.kubernetes.io/zone"),
+            ("ENABLE_SUBNET_DISCOVERY", "false"),
         ])
         .unwrap();
+        assert_eq!(c.node_name.as_deref(), Some("ip-10-0-0-4.ec2.internal"));
+        assert!(c.custom_networking && !c.subnet_discovery);
+        assert_eq!(c.eni_config_keys.label, "topology.kubernetes.io/zone");
         assert_eq!(
             (c.randomize_snat, c.connmark),
             (Randomize::HashRandom, 0x4000)
@@ -607,6 +677,10 @@ mod tests {
             ("AWS_VPC_K8S_CNI_LOGLEVEL", "loud"),
             ("IPAMD_SOCKET", "relative.sock"),
             ("IPAMD_STATE_DIR", "state"),
+            ("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "on"),
+            ("ENABLE_SUBNET_DISCOVERY", "maybe"),
+            ("ENI_CONFIG_LABEL_DEF", "bad key!"),
+            ("ENI_CONFIG_ANNOTATION_DEF", "/eniConfig"),
         ] {
             let err = parse(&[(var, value)]).unwrap_err();
             assert_eq!(err.var, var, "{err}");

@@ -10,6 +10,7 @@ use cloud::NodeIdentity;
 use cloud::aws::{AwsEc2, AwsImds, Ec2Settings};
 use cloud::retry::{RetryPolicy, retry};
 use cloud::throttle::{ThrottlePolicy, Throttled};
+use cluster::{ClusterView, KubeCluster};
 use introspect::{Bind, Metrics};
 use ipamd::clock::SystemClock;
 use ipamd::config::{BindAddress, Config, ignored_settings};
@@ -126,6 +127,38 @@ fn configure() -> anyhow::Result<Config> {
     let config = Config::from_env(|k| std::env::var(k).ok()).context("invalid configuration")?;
     logging::init(&config).context("setting up logging")?;
     Ok(config)
+}
+
+/// The cluster as ipamd will see it. With a node name (`MY_NODE_NAME`) and a Kubernetes
+/// client configuration (in-cluster, or `KUBECONFIG`), it is followed in the background and
+/// ipamd never waits for it; without them ipamd runs without the cluster and says so, unless
+/// custom networking needs it, which is then a startup error naming what is missing.
+async fn follow_cluster(config: &Config) -> anyhow::Result<watch::Receiver<ClusterView>> {
+    let without = |why: String| {
+        if config.custom_networking {
+            anyhow::bail!(
+                "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true reads the node's ENIConfig from the Kubernetes API, but {why}"
+            );
+        }
+        info!("running without the Kubernetes API: {why}");
+        Ok(watch::channel(ClusterView::not_configured(why)).1)
+    };
+    let Some(node) = &config.node_name else {
+        return without("MY_NODE_NAME is not set".into());
+    };
+    let client = match KubeCluster::connect().await {
+        Ok(client) => client,
+        Err(e) => return without(format!("no client configuration ({e})")),
+    };
+    info!(node = %node, custom_networking = config.custom_networking, "following the node in the Kubernetes API");
+    let (view, seen) = watch::channel(ClusterView::not_configured("starting"));
+    tokio::spawn(cluster::follow(
+        client,
+        node.clone(),
+        config.custom_networking,
+        view,
+    ));
+    Ok(seen)
 }
 
 /// Who the node is, from IMDS, retried while the metadata service throttles or is not
@@ -299,6 +332,7 @@ async fn serve(
     )
     .context("the EC2 rate limits")?
     .with_observer(Arc::new(Ec2Metrics(Arc::clone(&metrics))));
+    let cluster_view = follow_cluster(&config).await?;
     let clock = Arc::new(SystemClock);
     let (store, lost) = ipamd::state::open_state(&config.state_dir, clock.now())?;
     let store = Arc::new(store);
@@ -316,6 +350,7 @@ async fn serve(
                 identity,
                 metrics: Arc::clone(&metrics),
                 lost,
+                cluster: cluster_view,
             },
         )
         .await
@@ -357,10 +392,18 @@ async fn serve(
     let controller = {
         let daemon = Arc::clone(&daemon);
         tokio::spawn(async move {
+            let mut cluster = daemon.cluster_view();
+            // A view nobody updates (no cluster) never changes: stop asking it.
+            let mut followed = true;
             loop {
+                daemon.track_waits();
                 tokio::select! {
                     _ = tokio::time::sleep(CONTROLLER_PERIOD) => {}
                     _ = daemon.kicked() => {}
+                    changed = cluster.changed(), if followed => match changed {
+                        Ok(()) => daemon.cluster_changed(),
+                        Err(_) => followed = false,
+                    },
                 }
                 daemon.grow().await;
             }

@@ -45,9 +45,9 @@ pub fn ipamd_env(config: &Config) -> IpamdEnv {
     IpamdEnv {
         warm_ip_target: config.warm_ip_target,
         warm_eni_target: config.warm_eni_target,
-        custom_network_cfg: false,
+        custom_network_cfg: config.custom_networking,
         manage_enis_non_schedulable: false,
-        subnet_discovery: false,
+        subnet_discovery: config.subnet_discovery,
     }
 }
 

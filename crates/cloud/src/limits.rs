@@ -45,6 +45,15 @@ impl InstanceLimits {
             .saturating_add(2)
     }
 
+    /// Max pods under custom networking, where the primary ENI carries none:
+    /// `(ENIs − 1) × (IPv4 per ENI − 1) + 2`, as the Go CNI's max-pods calculator has it.
+    pub fn max_pods_custom_networking(&self) -> u32 {
+        self.max_enis
+            .saturating_sub(1)
+            .saturating_mul(self.secondary_ips_per_eni())
+            .saturating_add(2)
+    }
+
     /// Prefix delegation needs a Nitro hypervisor or bare metal.
     pub fn supports_prefix_delegation(&self) -> bool {
         self.nitro || self.bare_metal
@@ -158,6 +167,19 @@ mod tests {
             ("c5.18xlarge", 737),
         ] {
             assert_eq!(table.get(ty).map(|l| l.max_pods()), Some(pods), "{ty}");
+        }
+    }
+
+    #[test]
+    fn custom_networking_loses_the_primary_enis_addresses() {
+        let table = InstanceTable::embedded();
+        // m5.large: 3 ENIs x 10 IPv4; (3 - 1) x 9 + 2. t3.medium: 3 x 6; (3 - 1) x 5 + 2.
+        for (ty, pods) in [("m5.large", 20), ("t3.medium", 12), ("m5.xlarge", 44)] {
+            assert_eq!(
+                table.get(ty).map(|l| l.max_pods_custom_networking()),
+                Some(pods),
+                "{ty}"
+            );
         }
     }
 

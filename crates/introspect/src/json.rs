@@ -10,7 +10,7 @@ use pool::{Action, AddrSlot, EniInfo, PREFIX_LEN, SlotState};
 use serde::{Deserialize, Serialize};
 
 use crate::gotime;
-use crate::view::PoolView;
+use crate::view::{ClusterStatus, PoolView};
 
 /// `/v1/enis` for one network card (the Go CNI's `datastore.ENIInfos`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,7 +50,7 @@ pub struct Eni {
     /// Always empty: IPv4 only.
     #[serde(rename = "IPv6Cidrs")]
     pub ipv6_cidrs: BTreeMap<String, CidrInfo>,
-    /// Always false.
+    /// It gives no address to new pods (the primary ENI under custom networking).
     #[serde(rename = "IsExcludedForPodIPs")]
     pub is_excluded_for_pod_ips: bool,
     /// The host routing table for traffic from its pods (254 = main, for the primary ENI).
@@ -59,6 +59,14 @@ pub struct Eni {
     /// Its subnet.
     #[serde(rename = "SubnetID")]
     pub subnet_id: String,
+    /// Ours: why ipamd created it in that subnet (custom networking, subnet discovery or the
+    /// node's subnet); absent for ENIs it did not create since it started.
+    #[serde(
+        rename = "SubnetChoice",
+        skip_serializing_if = "Option::is_none",
+        default
+    )]
+    pub subnet_choice: Option<String>,
 }
 
 /// A secondary /32 or a delegated /28 (the Go CNI's `datastore.CidrInfo`).
@@ -210,9 +218,10 @@ fn eni(view: &PoolView, info: &EniInfo) -> Eni {
         device_number: info.device_number,
         available_ipv4_cidrs: cidrs,
         ipv6_cidrs: BTreeMap::new(),
-        is_excluded_for_pod_ips: false,
+        is_excluded_for_pod_ips: view.pool.is_excluded(&info.id),
         route_table_id: info.route_table(),
         subnet_id: info.subnet_id.clone(),
+        subnet_choice: view.placements.get(&info.id).cloned(),
     }
 }
 
@@ -345,6 +354,9 @@ pub struct PoolStatus {
     /// Why, in the planner's own comparisons.
     #[serde(rename = "Reason")]
     pub reason: String,
+    /// The Kubernetes cluster as ipamd sees it.
+    #[serde(rename = "Cluster")]
+    pub cluster: ClusterStatus,
 }
 
 /// Address counts.
@@ -535,6 +547,7 @@ pub fn pool_status(view: &PoolView) -> PoolStatus {
         next_action: planned_actions.first().cloned(),
         planned_actions,
         reason: explained.reason.to_string(),
+        cluster: view.cluster.clone(),
     }
 }
 

@@ -98,14 +98,19 @@ struct ErrorBody {
     error: &'static str,
 }
 
-/// The Go CNI answers 404 when the node has no ENIConfig; we never have one.
-async fn eni_configs() -> Response {
-    json_response(
-        StatusCode::NOT_FOUND,
-        &ErrorBody {
-            error: "custom networking is not supported: this node has no ENIConfig",
-        },
-    )
+/// The node's ENIConfig name as a JSON string, as the Go CNI answers; 404 without custom
+/// networking or before the node has been read.
+async fn eni_configs(State(state): State<AppState>) -> Response {
+    with_view(&state, |v| match &v.cluster.eni_config {
+        Some(name) => json_response(StatusCode::OK, name),
+        None => json_response(
+            StatusCode::NOT_FOUND,
+            &ErrorBody {
+                error: "this node has no ENIConfig: custom networking is off, or the node has not been read from the API server yet",
+            },
+        ),
+    })
+    .await
 }
 
 async fn net_env_settings(State(state): State<AppState>) -> Response {

@@ -1,6 +1,26 @@
 //! What ipamd shows: a snapshot of its state, taken under its lock.
 
+use std::collections::BTreeMap;
+
 use pool::{NodeLimits, Pool, PoolMode, Targets, Timestamp};
+use serde::{Deserialize, Serialize};
+
+/// What ipamd knows of the Kubernetes cluster, in words (`/v1/pool`'s `Cluster`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    /// Whether the API server answers, and since when it does not.
+    #[serde(rename = "Api")]
+    pub api: String,
+    /// The node ipamd follows (`MY_NODE_NAME`).
+    #[serde(rename = "Node")]
+    pub node: Option<String>,
+    /// The node's ENIConfig, under custom networking once the node has been read.
+    #[serde(rename = "ENIConfig")]
+    pub eni_config: Option<String>,
+    /// What ipamd waits for, since when and until which deadline, while it waits.
+    #[serde(rename = "Waiting")]
+    pub waiting: Option<String>,
+}
 
 /// A snapshot ipamd builds under its lock; every endpoint and every scrape reads one.
 #[derive(Clone, Debug)]
@@ -21,6 +41,10 @@ pub struct PoolView {
     pub last_error: Option<String>,
     /// ipamd is ready to serve the plugin.
     pub ready: bool,
+    /// Why each ENI ipamd created went to its subnet, by ENI id.
+    pub placements: BTreeMap<String, String>,
+    /// The cluster as ipamd sees it.
+    pub cluster: ClusterStatus,
 }
 
 impl PoolView {

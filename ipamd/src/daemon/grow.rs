@@ -10,6 +10,7 @@ use tracing::{debug, error, info, warn};
 use super::eni::{TAG_CLUSTER, TAG_CREATED_AT, TAG_INSTANCE_ID, TAG_OWNER};
 use super::eni::{adopt, eni_description, wall_time};
 use super::growth::GrowthFailure;
+use super::placement::Placement;
 use super::{Daemon, lock};
 use crate::host::HostNetwork;
 
@@ -158,15 +159,16 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// another, so a storm of lost answers costs one ENI, not one per attempt.
     async fn create_network_interface(
         &self,
+        placement: &Placement,
         ips: u32,
         prefixes: u32,
     ) -> Result<NetworkInterface, CloudError> {
         let request = lock(&self.pending_create)
             .clone()
             .unwrap_or_else(|| CreateEni {
-                subnet_id: self.node.identity.primary_eni.subnet_id.clone(),
+                subnet_id: placement.subnet_id.clone(),
                 description: eni_description(&self.node.identity.instance_id),
-                security_groups: lock(&self.security_groups).clone(),
+                security_groups: placement.security_groups.clone(),
                 secondary_ips: ips,
                 ipv4_prefixes: prefixes,
                 tags: self.eni_tags(),
@@ -194,7 +196,18 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 return false;
             }
         };
-        let eni = match self.create_network_interface(ips, prefixes).await {
+        let placement = match self.placement().await {
+            Ok(p) => p,
+            Err(e) => {
+                self.metrics.ipamd_error("increaseIPPoolAllocENI");
+                self.growth_failed(GrowthFailure::Placement(e));
+                return false;
+            }
+        };
+        let eni = match self
+            .create_network_interface(&placement, ips, prefixes)
+            .await
+        {
             Ok(eni) => eni,
             Err(e) => {
                 self.metrics.ipamd_error("increaseIPPoolAllocENI");
@@ -229,10 +242,23 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             return false;
         }
         info!(
-            eni = %eni.id, device, ips = eni.secondary_ips.len(), prefixes = eni.prefixes.len(),
-            "created and attached ENI"
+            eni = %eni.id, device, subnet = %eni.subnet_id, ips = eni.secondary_ips.len(),
+            prefixes = eni.prefixes.len(), why = %placement.why, "created and attached ENI"
         );
-        let subnet_cidr = self.node.identity.primary_eni.subnet_cidr;
+        // A resent request may have been placed before the configuration changed: the ENI's
+        // own subnet is the truth.
+        let subnet_cidr = if eni.subnet_id == placement.subnet_id {
+            placement.subnet_cidr
+        } else {
+            match self.subnet_cidr_of(&eni).await {
+                Some(cidr) => cidr,
+                None => {
+                    warn!(eni = %eni.id, subnet = %eni.subnet_id, "subnet CIDR not known yet; the reconciliation sets the ENI up");
+                    return false;
+                }
+            }
+        };
+        lock(&self.placements).insert(eni.id.clone(), placement.why.clone());
         match self.configure_eni(&eni, device, subnet_cidr).await {
             Ok(()) => {
                 self.growth_succeeded();

@@ -11,6 +11,7 @@ use pool::{Action, Blocked, StateStore, Targets, Timestamp};
 use thiserror::Error;
 use tracing::warn;
 
+use super::placement::{NoPlacement, eni_config};
 use super::{Daemon, lock};
 use crate::durability::PersistError;
 use crate::host::{HostError, HostNetwork};
@@ -21,6 +22,10 @@ pub const SUBNET_FULL_PAUSE: Duration = Duration::from_secs(120);
 /// Growth pauses this long after a new ENI could not be set up on the node (its link did not
 /// appear, say), so a node whose ENIs never show up does not create one ENI after another.
 pub const ENI_SETUP_PAUSE: Duration = Duration::from_secs(30);
+
+/// Growth pauses this long after no subnet could take a new ENI, unless the cluster's
+/// configuration changes first.
+pub const PLACEMENT_PAUSE: Duration = Duration::from_secs(30);
 
 /// Why the pool is not growing, for STATUS and the CNI error of an ADD that found no address.
 #[derive(Clone, Debug, Default)]
@@ -75,6 +80,8 @@ pub enum GrowthFailure {
         /// Why.
         source: EniSetupError,
     },
+    /// No subnet can take the ENI (custom networking or subnet discovery says why).
+    Placement(NoPlacement),
 }
 
 impl GrowthFailure {
@@ -84,8 +91,11 @@ impl GrowthFailure {
             GrowthFailure::Ec2 { source, .. } if source.kind == CloudErrorKind::SubnetFull => {
                 Some(SUBNET_FULL_PAUSE)
             }
-            GrowthFailure::Ec2 { .. } => None,
+            GrowthFailure::Ec2 { .. } | GrowthFailure::Placement(NoPlacement::Ec2(_)) => None,
             GrowthFailure::EniSetup { .. } => Some(ENI_SETUP_PAUSE),
+            // Until the configuration changes (which ends the pause at once) a retry would
+            // fail the same way.
+            GrowthFailure::Placement(_) => Some(PLACEMENT_PAUSE),
         }
     }
 }
@@ -128,6 +138,7 @@ impl fmt::Display for GrowthFailure {
                 "setting up ENI {eni} on the node failed ({source}); pausing growth for {}s",
                 pause.unwrap_or_default()
             ),
+            GrowthFailure::Placement(why) => why.fmt(f),
         }
     }
 }
@@ -137,6 +148,7 @@ impl std::error::Error for GrowthFailure {
         match self {
             GrowthFailure::Ec2 { source, .. } => Some(source),
             GrowthFailure::EniSetup { source, .. } => Some(source),
+            GrowthFailure::Placement(why) => Some(why),
         }
     }
 }
@@ -153,6 +165,8 @@ pub enum NoGrowth {
     },
     /// A limit of the node stops it.
     Blocked(Blocked),
+    /// No subnet can take a new ENI now (custom networking's ENIConfig is missing, say).
+    Placement(NoPlacement),
     /// The pool is at its targets, so it will not grow although nothing is free (e.g.
     /// MINIMUM_IP_TARGET met with every address assigned, as in the Go CNI).
     AtTargets(Targets),
@@ -166,6 +180,7 @@ impl fmt::Display for NoGrowth {
                 None => write!(f, "growth paused (resumes in {}s)", resumes_in.as_secs()),
             },
             NoGrowth::Blocked(blocked) => blocked.fmt(f),
+            NoGrowth::Placement(why) => why.fmt(f),
             NoGrowth::AtTargets(t) => write!(
                 f,
                 "the pool is at its targets and will not grow (WARM_ENI_TARGET={}, \
@@ -217,10 +232,35 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         if let Some(blocked) = plan.blocked {
             return Err(NoGrowth::Blocked(blocked));
         }
+        let creates = plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::CreateEni { .. }));
+        if creates && self.node.custom_networking {
+            // What the cluster says decides at once whether an ENI can be placed, so an ADD
+            // is told why instead of waiting for growth that cannot come.
+            eni_config(&self.cluster.borrow(), &self.node.eni_config_keys)
+                .map_err(NoGrowth::Placement)?;
+        }
         if plan.actions.iter().any(Action::is_growth) {
             return Ok(());
         }
         Err(NoGrowth::AtTargets(self.node.targets))
+    }
+
+    /// The cluster's configuration changed: a pause caused by where ENIs go ends now, so the
+    /// next round tries the new configuration at once.
+    pub fn cluster_changed(&self) {
+        let mut growth = lock(&self.growth);
+        if growth
+            .last_error
+            .as_deref()
+            .is_some_and(|e| matches!(e, GrowthFailure::Placement(_)))
+        {
+            growth.paused_until = None;
+        }
+        drop(growth);
+        self.kick.notify_one();
     }
 
     /// The last growth failure, if the latest attempt failed.

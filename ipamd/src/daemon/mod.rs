@@ -8,13 +8,17 @@ mod grow;
 mod growth;
 mod leaks;
 mod migrate;
+mod placement;
 mod reconcile;
 mod recover;
 mod requests;
 mod shrink;
+mod waits;
 
 pub use leaks::{LeakReport, MAX_START_JITTER, MIN_LEAK_AGE};
+pub use placement::{NoPlacement, Placement, SUBNET_CLUSTER_TAG_PREFIX, SUBNET_ROLE_TAG};
 pub use recover::{LostState, RECOVERED_NETWORK};
+pub use waits::{STAGE_DEADLINE, Stage};
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -101,6 +105,12 @@ pub struct Node {
     pub extra_tags: Vec<(String, String)>,
     /// How long an ADD that finds no address waits for the pool to grow.
     pub add_wait: Duration,
+    /// AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG.
+    pub custom_networking: bool,
+    /// The node keys naming its ENIConfig.
+    pub eni_config_keys: cluster::EniConfigKeys,
+    /// ENABLE_SUBNET_DISCOVERY.
+    pub subnet_discovery: bool,
 }
 
 /// The running daemon, generic over its seams: EC2, IMDS, the node's network and the store.
@@ -125,6 +135,12 @@ pub struct Daemon<E, I, H, S> {
     /// A CreateNetworkInterface request whose answer did not come back: sent again as it is
     /// (same client token) until EC2 answers, so a lost answer never costs a second ENI.
     pending_create: Mutex<Option<cloud::CreateEni>>,
+    /// The cluster as ipamd last saw it (kept current by `cluster::follow`).
+    cluster: tokio::sync::watch::Receiver<cluster::ClusterView>,
+    /// Why each ENI ipamd created went to its subnet, for /v1/enis.
+    placements: Mutex<std::collections::BTreeMap<String, String>>,
+    /// What custom networking waits for from the cluster, if anything.
+    waiting: Mutex<Option<waits::Waiting>>,
     /// Growth and reconciliation both change ENIs through EC2: one at a time.
     ec2_ops: tokio::sync::Mutex<()>,
     kick: Notify,
@@ -178,6 +194,9 @@ pub struct Parts<E, I, H, S> {
     pub metrics: Arc<Metrics>,
     /// What the store reported lost before startup.
     pub lost: LostState,
+    /// The cluster as ipamd sees it, kept current by the caller (`cluster::follow` in
+    /// production; a test sends views).
+    pub cluster: tokio::sync::watch::Receiver<cluster::ClusterView>,
 }
 
 /// The pool's targets from the configuration. Prefix delegation needs Nitro or bare metal;
@@ -199,11 +218,14 @@ fn targets(config: &Config, instance: &InstanceLimits, instance_type: &str) -> T
     }
 }
 
-/// Max pods: MAX_PODS when set; otherwise the published secondary-address formula, or with
-/// prefix delegation kubelet's default (the formula would waste nearly all of a prefix).
+/// Max pods: MAX_PODS when set; otherwise the published secondary-address formula (without
+/// the primary ENI's addresses under custom networking), or with prefix delegation kubelet's
+/// default (the formula would waste nearly all of a prefix).
 fn max_pods(config: &Config, instance: &InstanceLimits, targets: &Targets) -> u32 {
     config.max_pods.unwrap_or(if targets.prefix_delegation {
         KUBELET_DEFAULT_MAX_PODS
+    } else if config.custom_networking {
+        instance.max_pods_custom_networking()
     } else {
         instance.max_pods()
     })
@@ -240,6 +262,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             identity,
             metrics,
             lost,
+            cluster,
         } = parts;
         let instance = instance_limits(&ec2, &identity.instance_type).await?;
         let targets = targets(config, &instance, &identity.instance_type);
@@ -268,7 +291,11 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         })?;
         // A node that has never run ipamd may be switching from aws-node.
         let first_start = state.enis.is_empty() && state.addrs.is_empty();
-        let (pool, fixes, issues) = Pool::restore(state, config.ip_cooldown);
+        let (mut pool, fixes, issues) = Pool::restore(state, config.ip_cooldown);
+        if config.custom_networking {
+            // Pods get addresses of the ENIConfig's subnet only.
+            pool.exclude_from_pods([identity.primary_eni.eni_id.clone()].into());
+        }
         for issue in &issues {
             warn!(?issue, "stored state repaired");
         }
@@ -287,6 +314,9 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 cluster_name: config.cluster_name.clone(),
                 extra_tags: config.additional_eni_tags.clone(),
                 add_wait: config.add_wait,
+                custom_networking: config.custom_networking,
+                eni_config_keys: config.eni_config_keys.clone(),
+                subnet_discovery: config.subnet_discovery,
             },
             limits: Mutex::new(limits),
             security_groups: Mutex::new(Vec::new()),
@@ -296,6 +326,9 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             store_behind: AtomicBool::new(false),
             growth: Mutex::new(Growth::default()),
             pending_create: Mutex::new(None),
+            cluster,
+            placements: Mutex::new(Default::default()),
+            waiting: Mutex::new(None),
             ec2_ops: tokio::sync::Mutex::new(()),
             kick: Notify::new(),
             grown: tokio::sync::watch::Sender::new(0),
@@ -337,6 +370,11 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         &self.node
     }
 
+    /// The cluster as ipamd sees it, to be told when it changes.
+    pub fn cluster_view(&self) -> tokio::sync::watch::Receiver<cluster::ClusterView> {
+        self.cluster.clone()
+    }
+
     /// The limits the pool plans with now.
     pub fn limits(&self) -> NodeLimits {
         *lock(&self.limits)
@@ -366,6 +404,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             growth_paused_until: growth.paused_until.filter(|u| now < *u),
             last_error: growth.last_error.map(|e| e.to_string()),
             ready,
+            placements: lock(&self.placements).clone(),
+            cluster: self.cluster_status(),
         }
     }
 

@@ -201,7 +201,10 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
 
     /// The subnet CIDR of an ENI: known from the pool, the primary's when in the same subnet,
     /// else read from IMDS (which may not list a new ENI yet).
-    async fn subnet_cidr_of(&self, eni: &NetworkInterface) -> Option<ipnetwork::Ipv4Network> {
+    pub(super) async fn subnet_cidr_of(
+        &self,
+        eni: &NetworkInterface,
+    ) -> Option<ipnetwork::Ipv4Network> {
         if let Some(known) = lock(&self.pool).eni(&eni.id).map(|e| e.subnet_cidr) {
             return Some(known);
         }

@@ -123,6 +123,8 @@ pub struct Node {
     pub ec2: Arc<FakeEc2>,
     pub clock: Arc<ManualClock>,
     pub host: Arc<RecordingHost>,
+    /// The cluster as the daemon sees it: a test sends views (there is no API server).
+    pub cluster: tokio::sync::watch::Sender<cluster::ClusterView>,
 }
 
 impl Node {
@@ -133,21 +135,33 @@ impl Node {
             ec2: ec2(6, "10.0.0.0/24"),
             clock: ManualClock::at(ms),
             host: Arc::new(RecordingHost::default()),
+            cluster: tokio::sync::watch::Sender::new(no_cluster()),
         }
     }
 
     /// A t3.medium's daemon on this node, with `env`.
     pub async fn start(&self, env: &[(&str, &str)]) -> TestDaemon {
-        start_with(
+        self.try_start("t3.medium", env)
+            .await
+            .expect("the daemon starts")
+    }
+
+    /// A daemon of `instance_type` on this node, with `env`.
+    pub async fn try_start(
+        &self,
+        instance_type: &str,
+        env: &[(&str, &str)],
+    ) -> Result<TestDaemon, ipamd::StartupError> {
+        start_seen(
             self.dir.path(),
             &self.ec2,
             &self.clock,
-            "t3.medium",
+            instance_type,
             &self.host,
             env,
+            self.cluster.subscribe(),
         )
         .await
-        .expect("the daemon starts")
     }
 }
 
@@ -253,6 +267,11 @@ pub async fn try_start(
     .await
 }
 
+/// The view of a daemon with no Kubernetes cluster to talk to.
+pub fn no_cluster() -> cluster::ClusterView {
+    cluster::ClusterView::not_configured("no API server in daemon tests")
+}
+
 pub async fn start_with(
     dir: &Path,
     ec2: &Arc<FakeEc2>,
@@ -260,6 +279,20 @@ pub async fn start_with(
     instance_type: &str,
     host: &Arc<RecordingHost>,
     env: &[(&str, &str)],
+) -> Result<TestDaemon, ipamd::StartupError> {
+    let (_, cluster) = tokio::sync::watch::channel(no_cluster());
+    start_seen(dir, ec2, clock, instance_type, host, env, cluster).await
+}
+
+/// [`start_with`] with the cluster as `cluster` shows it.
+pub async fn start_seen(
+    dir: &Path,
+    ec2: &Arc<FakeEc2>,
+    clock: &Arc<ManualClock>,
+    instance_type: &str,
+    host: &Arc<RecordingHost>,
+    env: &[(&str, &str)],
+    cluster: tokio::sync::watch::Receiver<cluster::ClusterView>,
 ) -> Result<TestDaemon, ipamd::StartupError> {
     let (store, lost) = ipamd::state::open_state(&dir.join("state"), clock.now()).unwrap();
     let store = Arc::new(store);
@@ -274,6 +307,7 @@ pub async fn start_with(
             identity: identity(instance_type),
             metrics: Arc::new(Metrics::new("test").unwrap()),
             lost,
+            cluster,
         },
     )
     .await

@@ -102,6 +102,8 @@ pub fn secondary_view() -> PoolView {
         growth_paused_until: None,
         last_error: None,
         ready: true,
+        placements: Default::default(),
+        cluster: Default::default(),
     }
 }
 
@@ -131,6 +133,8 @@ pub fn prefix_view() -> PoolView {
         growth_paused_until: None,
         last_error: None,
         ready: true,
+        placements: Default::default(),
+        cluster: Default::default(),
     }
 }
 

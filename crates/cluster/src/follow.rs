@@ -1,0 +1,210 @@
+//! Keeping a [`ClusterView`] up to date from a [`Cluster`].
+
+use std::time::SystemTime;
+
+use futures_util::StreamExt;
+use futures_util::stream::{self, BoxStream};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::{ApiState, Cluster, ClusterError, ClusterView};
+
+fn failing(view: &mut ClusterView, e: &ClusterError) {
+    let since = match &view.api {
+        ApiState::Failing { since, .. } => *since,
+        _ => {
+            warn!(error = %e, "the Kubernetes API server cannot be asked; going on with what ipamd knows, and retrying");
+            SystemTime::now()
+        }
+    };
+    view.api = ApiState::Failing {
+        error: e.to_string(),
+        since,
+    };
+}
+
+fn connected(view: &mut ClusterView) {
+    if !matches!(view.api, ApiState::Connected) {
+        info!("the Kubernetes API server answers");
+    }
+    view.api = ApiState::Connected;
+}
+
+/// Keeps `view` up to date: the node named `node_name` always, the ENIConfigs when
+/// `eni_configs` is set. Runs until every receiver of `view` is gone. Nothing here blocks ipamd:
+/// the daemon reads whatever `view` holds when it decides.
+pub async fn follow<C: Cluster>(
+    cluster: C,
+    node_name: String,
+    eni_configs: bool,
+    view: watch::Sender<ClusterView>,
+) {
+    view.send_modify(|v| {
+        v.node_name = Some(node_name.clone());
+        v.api = ApiState::Connecting {
+            since: SystemTime::now(),
+        };
+    });
+    let mut node = cluster.node(&node_name);
+    let mut configs: BoxStream<'static, _> = if eni_configs {
+        cluster.eni_configs()
+    } else {
+        stream::pending().boxed()
+    };
+    loop {
+        tokio::select! {
+            item = node.next() => match item {
+                Some(Ok(facts)) => view.send_modify(|v| {
+                    connected(v);
+                    if facts.is_none() && v.node.is_some() {
+                        warn!(node = %node_name, "the node object is gone");
+                    }
+                    v.node = facts;
+                }),
+                Some(Err(e)) => view.send_modify(|v| failing(v, &e)),
+                None => return,
+            },
+            item = configs.next() => match item {
+                Some(Ok(all)) => view.send_modify(|v| {
+                    connected(v);
+                    v.eni_configs = Some(all);
+                }),
+                Some(Err(e)) => view.send_modify(|v| failing(v, &e)),
+                None => return,
+            },
+            () = view.closed() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use futures_util::stream::Stream;
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::{EniConfigSpec, EniConfigs, NodeFacts};
+
+    type NodeItem = Result<Option<NodeFacts>, ClusterError>;
+    type ConfigItem = Result<EniConfigs, ClusterError>;
+
+    fn from_channel<T: Send + 'static>(rx: mpsc::UnboundedReceiver<T>) -> impl Stream<Item = T> {
+        stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) })
+    }
+
+    /// A cluster whose streams the test feeds.
+    struct Scripted {
+        node: Mutex<Option<mpsc::UnboundedReceiver<NodeItem>>>,
+        configs: Mutex<Option<mpsc::UnboundedReceiver<ConfigItem>>>,
+        configs_asked: AtomicBool,
+    }
+
+    impl Scripted {
+        fn new() -> (
+            Self,
+            mpsc::UnboundedSender<NodeItem>,
+            mpsc::UnboundedSender<ConfigItem>,
+        ) {
+            let (node_tx, node_rx) = mpsc::unbounded_channel();
+            let (cfg_tx, cfg_rx) = mpsc::unbounded_channel();
+            let cluster = Scripted {
+                node: Mutex::new(Some(node_rx)),
+                configs: Mutex::new(Some(cfg_rx)),
+                configs_asked: AtomicBool::new(false),
+            };
+            (cluster, node_tx, cfg_tx)
+        }
+    }
+
+    impl Cluster for std::sync::Arc<Scripted> {
+        fn node(&self, _: &str) -> BoxStream<'static, NodeItem> {
+            match self.node.lock().unwrap().take() {
+                Some(rx) => from_channel(rx).boxed(),
+                None => stream::pending().boxed(),
+            }
+        }
+        fn eni_configs(&self) -> BoxStream<'static, ConfigItem> {
+            self.configs_asked.store(true, Ordering::SeqCst);
+            match self.configs.lock().unwrap().take() {
+                Some(rx) => from_channel(rx).boxed(),
+                None => stream::pending().boxed(),
+            }
+        }
+    }
+
+    fn node(name: &str) -> NodeFacts {
+        NodeFacts {
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn the_view_follows_the_streams_and_keeps_what_it_knew_through_failures() {
+        let (cluster, node_tx, cfg_tx) = Scripted::new();
+        let (tx, mut rx) = watch::channel(ClusterView::not_configured("starting"));
+        let task = tokio::spawn(follow(std::sync::Arc::new(cluster), "n1".into(), true, tx));
+
+        rx.wait_for(|v| matches!(v.api, ApiState::Connecting { .. }))
+            .await
+            .unwrap();
+        assert_eq!(rx.borrow().node_name.as_deref(), Some("n1"));
+
+        node_tx.send(Ok(Some(node("n1")))).unwrap();
+        rx.wait_for(|v| v.node.is_some()).await.unwrap();
+        assert_eq!(rx.borrow().api, ApiState::Connected);
+
+        let configs: EniConfigs = BTreeMap::from([(
+            "default".to_string(),
+            Ok(EniConfigSpec {
+                subnet: "subnet-1".into(),
+                security_groups: vec![],
+            }),
+        )]);
+        cfg_tx.send(Ok(configs.clone())).unwrap();
+        rx.wait_for(|v| v.eni_configs.is_some()).await.unwrap();
+
+        let broken = ClusterError {
+            what: "watching node n1".into(),
+            message: "connection refused".into(),
+        };
+        node_tx.send(Err(broken)).unwrap();
+        let failing = rx
+            .wait_for(|v| matches!(v.api, ApiState::Failing { .. }))
+            .await
+            .unwrap()
+            .clone();
+        assert_eq!(failing.node, Some(node("n1")), "what was known is kept");
+        assert_eq!(failing.eni_configs, Some(configs));
+
+        node_tx.send(Ok(None)).unwrap();
+        rx.wait_for(|v| v.node.is_none()).await.unwrap();
+        assert_eq!(rx.borrow().api, ApiState::Connected);
+
+        drop(rx);
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn without_custom_networking_no_eniconfig_is_read() {
+        let (cluster, node_tx, _cfg_tx) = Scripted::new();
+        let cluster = std::sync::Arc::new(cluster);
+        let (tx, mut rx) = watch::channel(ClusterView::not_configured("starting"));
+        let task = tokio::spawn(follow(
+            std::sync::Arc::clone(&cluster),
+            "n1".into(),
+            false,
+            tx,
+        ));
+        node_tx.send(Ok(Some(node("n1")))).unwrap();
+        rx.wait_for(|v| v.node.is_some()).await.unwrap();
+        assert_eq!(rx.borrow().eni_configs, None);
+        assert!(!cluster.configs_asked.load(Ordering::SeqCst));
+        drop(rx);
+        task.await.unwrap();
+    }
+}

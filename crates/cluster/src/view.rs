@@ -1,0 +1,60 @@
+//! What ipamd knows of the cluster at one moment: a plain value the daemon plans with.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use crate::{EniConfigKeys, EniConfigSpec, NodeFacts, eni_config_name};
+
+/// Every ENIConfig by name: its spec, or why it cannot be used.
+pub type EniConfigs = BTreeMap<String, Result<EniConfigSpec, String>>;
+
+/// Whether the API server answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ApiState {
+    /// ipamd has no cluster to talk to (no node name or no client configuration).
+    NotConfigured(String),
+    /// Nothing has been heard yet.
+    Connecting {
+        /// Since when.
+        since: SystemTime,
+    },
+    /// The last request was answered.
+    Connected,
+    /// The last request failed; earlier answers are still used.
+    Failing {
+        /// The failure.
+        error: String,
+        /// Since when it fails.
+        since: SystemTime,
+    },
+}
+
+/// The cluster as ipamd last saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterView {
+    /// Whether the API server answers.
+    pub api: ApiState,
+    /// The node's name (`MY_NODE_NAME`), when ipamd has one.
+    pub node_name: Option<String>,
+    /// The node, once read; `None` before that or while it does not exist.
+    pub node: Option<NodeFacts>,
+    /// The ENIConfigs, once listed (only read with custom networking).
+    pub eni_configs: Option<EniConfigs>,
+}
+
+impl ClusterView {
+    /// A view without a cluster, saying why.
+    pub fn not_configured(why: impl Into<String>) -> Self {
+        ClusterView {
+            api: ApiState::NotConfigured(why.into()),
+            node_name: None,
+            node: None,
+            eni_configs: None,
+        }
+    }
+
+    /// The name of the node's ENIConfig, once the node has been read.
+    pub fn eni_config_name(&self, keys: &EniConfigKeys) -> Option<String> {
+        self.node.as_ref().map(|n| eni_config_name(n, keys))
+    }
+}
