@@ -9,12 +9,14 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, Response};
+use cloud::aws::sdk;
 use cloud::limits::InstanceLimits;
 use quick_xml::events::Event;
+use sdk::config::retry::RetryConfig;
 use tower::ServiceExt;
 use vpc_sim::Sim;
 use vpc_sim::clock::ManualClock;
-use vpc_sim::model::{Model, Topology};
+use vpc_sim::model::{Model, SubnetSpec, Topology};
 use vpc_sim::rand::Rng;
 use vpc_sim::{ec2, imds};
 
@@ -145,8 +147,13 @@ pub fn sim_big() -> (String, InstanceLimits) {
 pub fn topology(instance_type: &str, subnets: &[&str], nodes: usize) -> Topology {
     Topology {
         vpc_cidr: "10.0.0.0/16".parse().unwrap(),
+        secondary_cidrs: vec![],
         region: "us-west-2".into(),
-        subnets: subnets.iter().map(|s| s.parse().unwrap()).collect(),
+        subnets: subnets
+            .iter()
+            .map(|s| SubnetSpec::new(s.parse().unwrap()))
+            .collect(),
+        security_groups: vec![],
         nodes,
         instance_type: instance_type.into(),
         extra_types: vec![sim_big()],
@@ -265,6 +272,29 @@ impl Reply {
     pub fn xml(&self) -> Node {
         parse_xml(&self.body)
     }
+}
+
+/// The SDK client the way ipamd builds it, against `endpoint`, with `retry`.
+pub fn sdk_client(endpoint: &str, retry: RetryConfig) -> sdk::Client {
+    let conf = sdk::Config::builder()
+        .behavior_version(sdk::config::BehaviorVersion::latest())
+        .region(sdk::config::Region::new("us-west-2"))
+        .credentials_provider(sdk::config::Credentials::new(
+            "AKIDVPCSIMTESTS",
+            "secret",
+            None,
+            None,
+            "static",
+        ))
+        .endpoint_url(endpoint)
+        .retry_config(retry)
+        .timeout_config(
+            sdk::config::timeout::TimeoutConfig::builder()
+                .operation_attempt_timeout(Duration::from_secs(30))
+                .build(),
+        )
+        .build();
+    sdk::Client::from_conf(conf)
 }
 
 /// `http://127.0.0.1:PORT` -> `127.0.0.1:PORT`.
