@@ -4,38 +4,11 @@
 
 mod common;
 
-use std::net::TcpStream;
-
 use cloud::aws::{AwsEc2, sdk};
 use cloud::{CloudErrorKind, CreateEni, Ec2, EniFilter};
-use common::{SimProcess, host_port, sdk_client};
+use common::{SimProcess, imds_get, sdk_client};
 use sdk::config::retry::RetryConfig;
 use sdk::types::{Filter, Tag};
-use testkit::http::exchange;
-
-/// GET `path` from an IMDS endpoint with a fresh IMDSv2 token.
-fn imds_get(endpoint: &str, path: &str) -> String {
-    let addr = host_port(endpoint);
-    let (status, token) = exchange(
-        TcpStream::connect(&addr).unwrap(),
-        "PUT",
-        &addr,
-        "/latest/api/token",
-        &[("X-aws-ec2-metadata-token-ttl-seconds", "60")],
-        "",
-    );
-    assert_eq!(status, 200);
-    let (status, body) = exchange(
-        TcpStream::connect(&addr).unwrap(),
-        "GET",
-        &addr,
-        &format!("/latest/{path}"),
-        &[("X-aws-ec2-metadata-token", &token)],
-        "",
-    );
-    assert_eq!(status, 200, "{path}: {body}");
-    body
-}
 
 #[tokio::test]
 async fn the_sdk_discovers_subnets_by_az_and_tag_and_puts_groups_on_new_enis() {

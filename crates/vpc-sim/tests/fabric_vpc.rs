@@ -259,6 +259,42 @@ fn sysctl(ns: &str, key: &str) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
+/// What ipamd does for an address `s` of the ENI at eth1 in node namespace `ns`, by hand: eth1
+/// up with the ENI's primary address (no connected route, so the main table keeps sending the
+/// subnet out of eth0), and `s` held by the node.
+fn hold_on_eth1(ns: &str, primary: Ipv4Addr, s: Ipv4Addr) {
+    let primary = format!("{primary}/24");
+    ip(&[
+        "-n",
+        ns,
+        "addr",
+        "add",
+        &primary,
+        "dev",
+        "eth1",
+        "noprefixroute",
+    ]);
+    ip(&["-n", ns, "link", "set", "eth1", "up"]);
+    ip(&["-n", ns, "addr", "add", &format!("{s}/32"), "dev", "lo"]);
+}
+
+/// Traffic from `s` out of eth1 to its subnet's router `gw`: eth1's own table (2, as for device
+/// 1) and the priority-1536 rule that sends `s` there.
+fn route_through_eth1(ns: &str, s: Ipv4Addr, gw: Ipv4Addr) {
+    let gw = gw.to_string();
+    let host = format!("{gw}/32");
+    ip(&[
+        "-n", ns, "route", "add", &host, "dev", "eth1", "scope", "link", "table", "2",
+    ]);
+    ip(&[
+        "-n", ns, "route", "add", "default", "via", &gw, "dev", "eth1", "table", "2",
+    ]);
+    let from = format!("{s}/32");
+    ip(&[
+        "-n", ns, "rule", "add", "from", &from, "lookup", "2", "prio", "1536",
+    ]);
+}
+
 #[test]
 #[ignore = "needs root: run by scripts/test.sh as root"]
 fn two_nodes_reach_each_other_and_the_outside_sees_their_own_addresses() {
@@ -427,20 +463,7 @@ fn the_source_destination_check_drops_a_packet_leaving_through_the_wrong_eni() {
     v.attach(&eni, 0, 1);
     let s = v.assign(&eni, 1)[0];
 
-    // What ipamd would do, by hand: eth1 up with its primary address (no connected route, so
-    // the main table keeps sending the subnet out of eth0), and S held by the node.
-    ip(&[
-        "-n",
-        &node1,
-        "addr",
-        "add",
-        &format!("{primary}/24"),
-        "dev",
-        "eth1",
-        "noprefixroute",
-    ]);
-    ip(&["-n", &node1, "link", "set", "eth1", "up"]);
-    ip(&["-n", &node1, "addr", "add", &format!("{s}/32"), "dev", "lo"]);
+    hold_on_eth1(&node1, primary, s);
     assert!(ping(&node1, None, peer), "node1 -> node2 from its primary");
 
     let route = ip(&[
@@ -464,34 +487,7 @@ fn the_source_destination_check_drops_a_packet_leaving_through_the_wrong_eni() {
     );
 
     // Traffic from S through the ENI that holds S (what the per-ENI table does).
-    ip(&[
-        "-n",
-        &node1,
-        "rule",
-        "add",
-        "from",
-        &format!("{s}/32"),
-        "lookup",
-        "100",
-        "prio",
-        "100",
-    ]);
-    ip(&[
-        "-n",
-        &node1,
-        "route",
-        "add",
-        "10.0.0.1/32",
-        "dev",
-        "eth1",
-        "scope",
-        "link",
-        "table",
-        "100",
-    ]);
-    ip(&[
-        "-n", &node1, "route", "add", "default", "via", "10.0.0.1", "dev", "eth1", "table", "100",
-    ]);
+    route_through_eth1(&node1, s, "10.0.0.1".parse().unwrap());
     let route = ip(&[
         "-n",
         &node1,
@@ -601,59 +597,8 @@ fn an_eni_in_a_secondary_cidr_of_another_az_carries_traffic_to_a_node_and_the_ou
     let s = v.assign(&eni, 1)[0];
     v.assert_delivered(s, "n2d1", &mac);
 
-    // What ipamd does for a pod address on a secondary ENI, by hand: eth1 up with its primary
-    // address, the pod address held by the node, and its traffic through eth1's own table.
-    ip(&[
-        "-n",
-        &node2,
-        "addr",
-        "add",
-        &format!("{primary}/24"),
-        "dev",
-        "eth1",
-        "noprefixroute",
-    ]);
-    ip(&["-n", &node2, "link", "set", "eth1", "up"]);
-    ip(&["-n", &node2, "addr", "add", &format!("{s}/32"), "dev", "lo"]);
-    ip(&[
-        "-n",
-        &node2,
-        "route",
-        "add",
-        "100.64.2.1/32",
-        "dev",
-        "eth1",
-        "scope",
-        "link",
-        "table",
-        "2",
-    ]);
-    ip(&[
-        "-n",
-        &node2,
-        "route",
-        "add",
-        "default",
-        "via",
-        "100.64.2.1",
-        "dev",
-        "eth1",
-        "table",
-        "2",
-    ]);
-    let from_s = [
-        "-n",
-        &node2,
-        "rule",
-        "add",
-        "from",
-        &format!("{s}/32"),
-        "lookup",
-        "2",
-        "prio",
-        "1536",
-    ];
-    ip(&from_s);
+    hold_on_eth1(&node2, primary, s);
+    route_through_eth1(&node2, s, "100.64.2.1".parse().unwrap());
 
     // Across AZs from node 2's own address (which also resolves its gateway on eth0).
     assert!(ping(&node2, None, n1), "node 2 -> node 1");
@@ -666,9 +611,16 @@ fn an_eni_in_a_secondary_cidr_of_another_az_carries_traffic_to_a_node_and_the_ou
     assert!(!ping(&node1, None, "100.64.9.9".parse().unwrap()));
 
     // Without its rule S leaves through eth0, whose ENI does not hold it: dropped.
-    let mut del = from_s;
-    del[3] = "del";
-    ip(&del);
+    ip(&[
+        "-n",
+        &node2,
+        "rule",
+        "del",
+        "from",
+        &format!("{s}/32"),
+        "lookup",
+        "2",
+    ]);
     let before = rp_filter_drops(&vpc);
     assert!(!ping(&node2, Some(s), n1), "S out of eth0 must be dropped");
     assert!(rp_filter_drops(&vpc) > before);

@@ -302,6 +302,30 @@ pub fn host_port(endpoint: &str) -> String {
     testkit::http::split_url(endpoint).0.to_string()
 }
 
+/// GET `path` from an IMDS endpoint with a fresh IMDSv2 token.
+pub fn imds_get(endpoint: &str, path: &str) -> String {
+    let addr = host_port(endpoint);
+    let (status, token) = testkit::http::exchange(
+        std::net::TcpStream::connect(&addr).unwrap(),
+        "PUT",
+        &addr,
+        "/latest/api/token",
+        &[("X-aws-ec2-metadata-token-ttl-seconds", "60")],
+        "",
+    );
+    assert_eq!(status, 200);
+    let (status, body) = testkit::http::exchange(
+        std::net::TcpStream::connect(&addr).unwrap(),
+        "GET",
+        &addr,
+        &format!("/latest/{path}"),
+        &[("X-aws-ec2-metadata-token", &token)],
+        "",
+    );
+    assert_eq!(status, 200, "{path}: {body}");
+    body
+}
+
 /// How long the binary gets to come up or go.
 const PATIENCE: Duration = Duration::from_secs(60);
 
