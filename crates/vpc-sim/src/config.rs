@@ -149,9 +149,9 @@ pub struct Cli {
     /// Another VPC CIDR, e.g. 100.64.0.0/16 for pods (repeatable).
     #[arg(long = "vpc-secondary-cidr")]
     pub vpc_secondary_cidrs: Vec<Ipv4Network>,
-    /// Subnet CIDR[,az=AZ][,tag=KEY=VALUE]...[,nodes=N] (repeatable), in any VPC CIDR. Nodes
-    /// launch in the first subnet, except N of them in each subnet with nodes=N; az= defaults
-    /// to REGION + "a".
+    /// Subnet CIDR[,az=AZ][,tag=KEY=VALUE]...[,nodes=N] (repeatable; no commas in tags), in
+    /// any VPC CIDR. Nodes launch in the first subnet, except N of them in each subnet with
+    /// nodes=N; az= defaults to REGION + "a".
     #[arg(long = "subnet", default_value = "10.0.0.0/24", value_parser = parse_subnet)]
     pub subnets: Vec<SubnetSpec>,
     /// Security group NAME to create besides the VPC's default one (repeatable).

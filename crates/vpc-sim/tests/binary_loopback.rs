@@ -86,4 +86,20 @@ fn a_bad_command_line_fails_with_a_message() {
     );
     assert!(!sim.wait_exit().success());
     assert!(sim.log().contains("x9.nope"), "{}", sim.log());
+    // A subnet the model refuses: the message names the flags and the value.
+    let mut sim = SimProcess::start(
+        &testkit::unique("lb"),
+        &[
+            "--mode",
+            "loopback",
+            "--subnet",
+            "10.0.0.0/24,az=us-east-1b",
+        ],
+    );
+    assert!(!sim.wait_exit().success());
+    let log = sim.log();
+    assert!(
+        log.contains("--subnet") && log.contains("us-east-1b"),
+        "{log}"
+    );
 }
