@@ -121,7 +121,7 @@ fn interface_field(v: &InstanceView, i: &InterfaceView, field: &str) -> Option<S
         "subnet-id" => i.subnet_id.clone(),
         "subnet-ipv4-cidr-block" => i.subnet_cidr.to_string(),
         "vpc-id" => i.vpc_id.clone(),
-        "vpc-ipv4-cidr-block" => i.vpc_cidr.to_string(),
+        "vpc-ipv4-cidr-block" => i.vpc_cidrs.first()?.to_string(),
         "vpc-ipv4-cidr-blocks" => join(i.vpc_cidrs.iter().map(|c| c.to_string())),
         _ => return None,
     })
@@ -192,7 +192,6 @@ mod tests {
                 subnet_id: "subnet-1".into(),
                 subnet_cidr: "10.0.0.0/24".parse().unwrap(),
                 vpc_id: "vpc-1".into(),
-                vpc_cidr: "10.0.0.0/16".parse().unwrap(),
                 vpc_cidrs: vec![
                     "10.0.0.0/16".parse().unwrap(),
                     "100.64.0.0/16".parse().unwrap(),

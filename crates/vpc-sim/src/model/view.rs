@@ -53,8 +53,6 @@ pub struct InterfaceView {
     pub subnet_cidr: Ipv4Network,
     /// VPC.
     pub vpc_id: String,
-    /// The VPC's primary CIDR.
-    pub vpc_cidr: Ipv4Network,
     /// Every VPC CIDR, the primary first.
     pub vpc_cidrs: Vec<Ipv4Network>,
     /// Visible private addresses, primary first.
@@ -96,7 +94,6 @@ impl Model {
                     subnet_id: subnet.id.clone(),
                     subnet_cidr: subnet.cidr,
                     vpc_id: self.vpc.id.clone(),
-                    vpc_cidr: self.vpc.cidr,
                     vpc_cidrs: self.vpc.cidrs(),
                     ipv4s,
                     prefixes: eni
