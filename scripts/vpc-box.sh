@@ -2,7 +2,8 @@
 # VPC-in-a-box: vpc-sim (EC2 + IMDS + a VPC of network namespaces) and one ipamd per node.
 #
 #   vpc-box.sh up --name NAME [--nodes N] [--instance-type TYPE] [--ipamd-env KEY=VALUE]...
-#                 [--subnet CIDR]... [--imds-lag-ms MS] [--extra-instance-type NAME:ENIS:IPV4]...
+#                 [--subnet CIDR[,az=AZ][,tag=KEY=VALUE]...[,nodes=N]]... [--vpc-secondary-cidr CIDR]...
+#                 [--security-group NAME]... [--imds-lag-ms MS] [--extra-instance-type NAME:ENIS:IPV4]...
 #                 [--outside-ip IP] [--attach-latency-ms MS]
 #       Starts everything, returns once every ipamd is ready, prints one JSON object on stdout.
 #   vpc-box.sh down --name NAME
@@ -21,7 +22,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 RUN_ROOT=${VPC_BOX_RUN_DIR:-/run/vpc-box}
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 check_name() {
   [[ "$1" =~ ^[A-Za-z0-9_-]{1,24}$ ]] || die "--name must be 1-24 characters of [A-Za-z0-9_-], got '$1'"
@@ -184,9 +185,11 @@ up() {
   pids=$(for i in $(seq "$nodes"); do recorded_pid "$dir" "ipamd-node$i"; done | jq -s .)
   jq --arg dir "$dir" --argjson pids "$pids" '{
       name, ec2_endpoint, vpc_netns, outside, run_dir: $dir,
-      subnets: [.subnets[] | {id, cidr}],
+      vpc: {id: .vpc.id, cidrs: .vpc.cidrs},
+      subnets: [.subnets[] | {id, cidr, az, tags}],
+      security_groups,
       nodes: [.nodes[] | {
-        netns, instance_id, instance_type, primary_ip, primary_eni,
+        netns, instance_id, instance_type, primary_ip, primary_eni, subnet_id, az,
         ipamd_socket: "\($dir)/node\(.index)/ipamd.sock",
         state_dir: "\($dir)/node\(.index)/state",
         ipamd_log: "\($dir)/node\(.index)/ipamd.log",
@@ -208,7 +211,8 @@ while [ $# -gt 0 ]; do
     --ipamd-env)
       [[ "$2" == *=* ]] || die "--ipamd-env takes KEY=VALUE, got '$2'"
       rest+=(--ipamd-env "$2"); shift 2;;
-    --subnet|--imds-lag-ms|--extra-instance-type|--outside-ip|--attach-latency-ms) rest+=(--sim "$1" "$2"); shift 2;;
+    --subnet|--vpc-secondary-cidr|--security-group|--imds-lag-ms|--extra-instance-type|--outside-ip|--attach-latency-ms)
+      rest+=(--sim "$1" "$2"); shift 2;;
     --node) node=$2; shift 2;;
     --kill) kill_sig=KILL; shift;;
     -h|--help) usage;;

@@ -10,7 +10,7 @@ use thiserror::Error;
 
 use crate::fabric::{DEFAULT_OUTSIDE_IP, OUTSIDE_LINK_NET};
 use crate::faults::{FaultError, Faults};
-use crate::model::Topology;
+use crate::model::{SubnetSpec, Topology};
 
 /// Where the servers listen and whether namespaces are built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
@@ -66,6 +66,44 @@ pub fn parse_extra_type(s: &str) -> Result<ExtraType, String> {
     })
 }
 
+/// Parses `CIDR[,az=AZ][,tag=KEY[=VALUE]]...[,nodes=N]` (a tag without `=VALUE` has an empty
+/// value, as EC2 allows).
+pub fn parse_subnet(s: &str) -> Result<SubnetSpec, String> {
+    let mut parts = s.split(',');
+    let cidr = parts.next().unwrap_or_default();
+    let cidr = cidr
+        .parse()
+        .map_err(|e| format!("{cidr:?} in {s:?} is not an IPv4 CIDR: {e}"))?;
+    let mut spec = SubnetSpec::new(cidr);
+    for part in parts {
+        let bad = |why: &str| format!("{part:?} in {s:?}: {why}");
+        let (key, value) = part
+            .split_once('=')
+            .ok_or_else(|| bad("expected az=AZ, tag=KEY=VALUE or nodes=N"))?;
+        match key {
+            "az" if value.is_empty() => return Err(bad("an empty AZ")),
+            "az" if spec.az.is_some() => return Err(bad("a second az=")),
+            "az" => spec.az = Some(value.to_string()),
+            "tag" => {
+                let (k, v) = value.split_once('=').unwrap_or((value, ""));
+                if k.is_empty() {
+                    return Err(bad("an empty tag key"));
+                }
+                if spec.tags.insert(k.to_string(), v.to_string()).is_some() {
+                    return Err(bad("that tag key is given twice"));
+                }
+            }
+            "nodes" if spec.nodes.is_some() => return Err(bad("a second nodes=")),
+            "nodes" => {
+                let n = value.parse().map_err(|_| bad("not a number of nodes"))?;
+                spec.nodes = Some(n);
+            }
+            _ => return Err(bad("expected az=AZ, tag=KEY=VALUE or nodes=N")),
+        }
+    }
+    Ok(spec)
+}
+
 /// Help on fault injection, after the options.
 const FAULTS_HELP: &str = "\
 Fault injection (EC2 only; IMDS is never faulted):
@@ -105,13 +143,21 @@ pub struct Cli {
     /// Instance type of every node.
     #[arg(long, default_value = "t3.medium")]
     pub instance_type: String,
-    /// VPC CIDR.
+    /// VPC CIDR (the primary one).
     #[arg(long, default_value = "10.0.0.0/16")]
     pub vpc_cidr: Ipv4Network,
-    /// Subnet CIDR (repeatable; nodes go into the first).
-    #[arg(long = "subnet", default_value = "10.0.0.0/24")]
-    pub subnets: Vec<Ipv4Network>,
-    /// Region; the one AZ is REGION + "a".
+    /// Another VPC CIDR, e.g. 100.64.0.0/16 for pods (repeatable).
+    #[arg(long = "vpc-secondary-cidr")]
+    pub vpc_secondary_cidrs: Vec<Ipv4Network>,
+    /// Subnet CIDR[,az=AZ][,tag=KEY=VALUE]...[,nodes=N] (repeatable; no commas in tags), in
+    /// any VPC CIDR. Nodes launch in the first subnet, except N of them in each subnet with
+    /// nodes=N; az= defaults to REGION + "a".
+    #[arg(long = "subnet", default_value = "10.0.0.0/24", value_parser = parse_subnet)]
+    pub subnets: Vec<SubnetSpec>,
+    /// Security group NAME to create besides the VPC's default one (repeatable).
+    #[arg(long = "security-group")]
+    pub security_groups: Vec<String>,
+    /// Region; subnets without az= are in REGION + "a".
     #[arg(long, default_value = "us-west-2")]
     pub region: String,
     /// IMDS shows a new attachment or address this many ms after EC2 does.
@@ -176,8 +222,13 @@ pub enum ConfigError {
         why: String,
     },
     /// A VPC CIDR that collides with the fabric's link to the outside.
-    #[error("--vpc-cidr {0}: overlaps {OUTSIDE_LINK_NET}, the fabric's link to the outside")]
-    VpcCidrOverlapsOutside(Ipv4Network),
+    #[error("{flag} {cidr}: overlaps {OUTSIDE_LINK_NET}, the fabric's link to the outside")]
+    VpcCidrOverlapsOutside {
+        /// `--vpc-cidr` or `--vpc-secondary-cidr`.
+        flag: &'static str,
+        /// The CIDR given.
+        cidr: Ipv4Network,
+    },
     /// A fault plan that makes no sense.
     #[error("{flags}: {why}")]
     Fault {
@@ -234,8 +285,10 @@ impl Cli {
         }
         Ok(Topology {
             vpc_cidr: self.vpc_cidr,
+            secondary_cidrs: self.vpc_secondary_cidrs.clone(),
             region: self.region.clone(),
             subnets: self.subnets.clone(),
+            security_groups: self.security_groups.clone(),
             nodes: self.nodes,
             instance_type: self.instance_type.clone(),
             extra_types: self
@@ -267,12 +320,18 @@ impl Cli {
     /// The outside must be reachable only through the VPC's default route: not in the VPC, not
     /// on the link network, and an ordinary unicast address.
     fn check_outside(&self) -> Result<(), ConfigError> {
-        if self.vpc_cidr.overlaps(OUTSIDE_LINK_NET) {
-            return Err(ConfigError::VpcCidrOverlapsOutside(self.vpc_cidr));
+        let cidrs = std::iter::once(("--vpc-cidr", self.vpc_cidr)).chain(
+            self.vpc_secondary_cidrs
+                .iter()
+                .map(|c| ("--vpc-secondary-cidr", *c)),
+        );
+        let cidrs: Vec<(&'static str, Ipv4Network)> = cidrs.collect();
+        if let Some(&(flag, cidr)) = cidrs.iter().find(|(_, c)| c.overlaps(OUTSIDE_LINK_NET)) {
+            return Err(ConfigError::VpcCidrOverlapsOutside { flag, cidr });
         }
         let ip = self.outside_ip;
-        let why = if self.vpc_cidr.contains(ip) {
-            format!("inside the VPC CIDR {}", self.vpc_cidr)
+        let why = if let Some((_, cidr)) = cidrs.iter().find(|(_, c)| c.contains(ip)) {
+            format!("inside the VPC CIDR {cidr}")
         } else if OUTSIDE_LINK_NET.contains(ip) {
             format!("on {OUTSIDE_LINK_NET}, the fabric's link to the outside")
         } else if ip.is_unspecified()
@@ -305,7 +364,11 @@ mod tests {
         let t = c.topology().unwrap();
         assert_eq!(c.mode, Mode::Loopback);
         assert_eq!((t.nodes, t.instance_type.as_str()), (1, "t3.medium"));
-        assert_eq!(t.subnets, vec!["10.0.0.0/24".parse().unwrap()]);
+        assert_eq!(
+            t.subnets,
+            vec![SubnetSpec::new("10.0.0.0/24".parse().unwrap())]
+        );
+        assert!(t.secondary_cidrs.is_empty() && t.security_groups.is_empty());
         assert_eq!(t.region, "us-west-2");
     }
 
@@ -429,10 +492,85 @@ mod tests {
         let c = cli(&["--outside-ip", "10.0.3.4"]).unwrap();
         c.topology().unwrap();
         let c = cli(&["--mode", "fabric", "--vpc-cidr", "192.0.0.0/16"]).unwrap();
-        assert!(matches!(
-            c.topology().unwrap_err(),
-            ConfigError::VpcCidrOverlapsOutside(_)
-        ));
+        assert_eq!(
+            c.topology().unwrap_err().to_string(),
+            "--vpc-cidr 192.0.0.0/16: overlaps 192.0.2.0/30, the fabric's link to the outside"
+        );
+        let c = cli(&["--mode", "fabric", "--vpc-secondary-cidr", "192.0.2.0/28"]).unwrap();
+        assert!(
+            c.topology()
+                .unwrap_err()
+                .to_string()
+                .starts_with("--vpc-secondary-cidr 192.0.2.0/28: overlaps"),
+        );
+        let c = cli(&[
+            "--mode",
+            "fabric",
+            "--vpc-secondary-cidr",
+            "100.64.0.0/16",
+            "--outside-ip",
+            "100.64.9.9",
+        ])
+        .unwrap();
+        let e = c.topology().unwrap_err().to_string();
+        assert!(e.contains("inside the VPC CIDR 100.64.0.0/16"), "{e}");
         assert!(cli(&["--outside-ip", "300.1.1.1"]).is_err());
+    }
+
+    #[test]
+    fn subnet_specs_secondary_cidrs_and_groups() {
+        let c = cli(&[
+            "--vpc-secondary-cidr",
+            "100.64.0.0/16",
+            "--subnet",
+            "10.0.0.0/24",
+            "--subnet",
+            "100.64.1.0/24,az=us-west-2b,tag=kubernetes.io/role/cni=1,tag=flag,nodes=2",
+            "--security-group",
+            "pods",
+            "--security-group",
+            "pods-b",
+        ])
+        .unwrap();
+        let t = c.topology().unwrap();
+        assert_eq!(t.secondary_cidrs, vec!["100.64.0.0/16".parse().unwrap()]);
+        assert_eq!(t.security_groups, ["pods", "pods-b"]);
+        let s = &t.subnets[1];
+        assert_eq!(s.cidr.to_string(), "100.64.1.0/24");
+        assert_eq!(s.az.as_deref(), Some("us-west-2b"));
+        assert_eq!(s.nodes, Some(2));
+        assert_eq!(
+            s.tags,
+            [
+                ("flag".to_string(), String::new()),
+                ("kubernetes.io/role/cni".to_string(), "1".to_string())
+            ]
+            .into()
+        );
+        assert_eq!(
+            t.subnets[0],
+            SubnetSpec::new("10.0.0.0/24".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn bad_subnet_specs_are_named() {
+        for (spec, needle) in [
+            ("10.0.0/24", "is not an IPv4 CIDR"),
+            ("10.0.1.0/24,zone=a", "expected az=AZ"),
+            ("10.0.1.0/24,az", "expected az=AZ"),
+            ("10.0.1.0/24,az=", "an empty AZ"),
+            ("10.0.1.0/24,az=us-west-2a,az=us-west-2b", "a second az="),
+            ("10.0.1.0/24,tag==1", "an empty tag key"),
+            ("10.0.1.0/24,tag=k=1,tag=k=2", "given twice"),
+            ("10.0.1.0/24,nodes=-1", "not a number of nodes"),
+        ] {
+            let e = cli(&["--subnet", spec]).unwrap_err().to_string();
+            assert!(e.contains("--subnet") && e.contains(needle), "{spec}: {e}");
+        }
+        let e = cli(&["--vpc-secondary-cidr", "100.64.0.0/33"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--vpc-secondary-cidr"), "{e}");
     }
 }

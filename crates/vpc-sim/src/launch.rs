@@ -18,7 +18,7 @@ use crate::model::{Model, ModelError};
 use crate::netns::{NetnsError, bind_in};
 use crate::rand::Rng;
 use crate::sim::SharedFollower;
-use crate::simfile::{NodeInfo, OutsideInfo, SimFile, SubnetInfo, VpcInfo};
+use crate::simfile::{GroupInfo, NodeInfo, OutsideInfo, SimFile, SubnetInfo, VpcInfo};
 use crate::{Sim, ec2, imds};
 
 /// How long shutdown waits for open connections before dropping them.
@@ -31,7 +31,9 @@ pub enum LaunchError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// The topology cannot be built.
-    #[error("cannot build the VPC: {0}")]
+    #[error(
+        "cannot build the VPC of --vpc-cidr, --vpc-secondary-cidr, --subnet, --security-group, --nodes and --instance-type: {0}"
+    )]
     Model(#[from] ModelError),
     /// Namespaces, links, addresses.
     #[error(transparent)]
@@ -179,6 +181,7 @@ pub async fn launch(cli: &Cli) -> Result<Running, LaunchError> {
             mac: eni.mac.clone(),
             primary_ip: eni.primary_ip,
             subnet_id: eni.subnet_id.clone(),
+            az: inst.az.clone(),
             ec2_endpoint: format!("http://127.0.0.1:{ec2_port}"),
             imds_endpoint: match netns {
                 Some(_) => format!("http://{IMDS_ADDR}"),
@@ -194,6 +197,7 @@ pub async fn launch(cli: &Cli) -> Result<Running, LaunchError> {
         vpc: VpcInfo {
             id: vpc.id.clone(),
             cidr: vpc.cidr,
+            cidrs: vpc.cidrs(),
         },
         vpc_netns: plan.as_ref().map(|p| p.vpc_netns.clone()),
         outside: plan.as_ref().map(|p| OutsideInfo {
@@ -208,6 +212,14 @@ pub async fn launch(cli: &Cli) -> Result<Running, LaunchError> {
                 id: s.id.clone(),
                 cidr: s.cidr,
                 az: s.az.clone(),
+                tags: s.tags.clone(),
+            })
+            .collect(),
+        security_groups: model
+            .security_groups()
+            .map(|g| GroupInfo {
+                id: g.id.clone(),
+                name: g.name.clone(),
             })
             .collect(),
         nodes,

@@ -9,6 +9,7 @@ use ipnetwork::Ipv4Network;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Mode;
+use crate::model::Tags;
 
 /// File name inside the state directory.
 pub const FILE_NAME: &str = "sim.json";
@@ -18,8 +19,10 @@ pub const FILE_NAME: &str = "sim.json";
 pub struct VpcInfo {
     /// `vpc-...`.
     pub id: String,
-    /// CIDR.
+    /// Primary CIDR.
     pub cidr: Ipv4Network,
+    /// Every CIDR, the primary first.
+    pub cidrs: Vec<Ipv4Network>,
 }
 
 /// One subnet.
@@ -31,6 +34,17 @@ pub struct SubnetInfo {
     pub cidr: Ipv4Network,
     /// AZ.
     pub az: String,
+    /// Tags it was created with.
+    pub tags: Tags,
+}
+
+/// One security group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupInfo {
+    /// `sg-...`.
+    pub id: String,
+    /// Its name (`default` for the VPC's default group).
+    pub name: String,
 }
 
 /// One node (instance).
@@ -52,6 +66,8 @@ pub struct NodeInfo {
     pub primary_ip: Ipv4Addr,
     /// Subnet.
     pub subnet_id: String,
+    /// Availability zone (its subnet's).
+    pub az: String,
     /// EC2 as reachable from the node.
     pub ec2_endpoint: String,
     /// IMDS as reachable from the node.
@@ -89,6 +105,8 @@ pub struct SimFile {
     pub ec2_endpoint: String,
     /// Subnets.
     pub subnets: Vec<SubnetInfo>,
+    /// Security groups, by id.
+    pub security_groups: Vec<GroupInfo>,
     /// Nodes.
     pub nodes: Vec<NodeInfo>,
 }

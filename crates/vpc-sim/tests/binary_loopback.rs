@@ -4,7 +4,7 @@ mod common;
 
 use std::net::TcpStream;
 
-use common::{SimProcess, host_port};
+use common::{SimProcess, host_port, imds_get};
 use testkit::http::exchange;
 
 #[test]
@@ -57,24 +57,10 @@ fn loopback_mode_serves_ec2_and_imds_and_exits_cleanly() {
     );
 
     let imds = host_port(&node.imds_endpoint);
-    let (status, token) = exchange(
-        TcpStream::connect(&imds).unwrap(),
-        "PUT",
-        &imds,
-        "/latest/api/token",
-        &[("X-aws-ec2-metadata-token-ttl-seconds", "60")],
-        "",
+    assert_eq!(
+        imds_get(&node.imds_endpoint, "meta-data/instance-id"),
+        node.instance_id
     );
-    assert_eq!(status, 200);
-    let (status, id) = exchange(
-        TcpStream::connect(&imds).unwrap(),
-        "GET",
-        &imds,
-        "/latest/meta-data/instance-id",
-        &[("X-aws-ec2-metadata-token", &token)],
-        "",
-    );
-    assert_eq!((status, id.as_str()), (200, node.instance_id.as_str()));
     // The second node has its own IMDS.
     let other = host_port(&f.nodes[1].imds_endpoint);
     assert_ne!(other, imds);
@@ -100,4 +86,20 @@ fn a_bad_command_line_fails_with_a_message() {
     );
     assert!(!sim.wait_exit().success());
     assert!(sim.log().contains("x9.nope"), "{}", sim.log());
+    // A subnet the model refuses: the message names the flags and the value.
+    let mut sim = SimProcess::start(
+        &testkit::unique("lb"),
+        &[
+            "--mode",
+            "loopback",
+            "--subnet",
+            "10.0.0.0/24,az=us-east-1b",
+        ],
+    );
+    assert!(!sim.wait_exit().success());
+    let log = sim.log();
+    assert!(
+        log.contains("--subnet") && log.contains("us-east-1b"),
+        "{log}"
+    );
 }

@@ -2,7 +2,8 @@
 
 mod common;
 
-use common::{Harness, topology};
+use common::{Harness, Node, topology};
+use vpc_sim::model::{SubnetSpec, Topology};
 
 const NS: &str = "http://ec2.amazonaws.com/doc/2016-11-15/";
 
@@ -961,6 +962,385 @@ async fn describe_subnets_and_tags() {
     assert_eq!(code, "InvalidNetworkInterfaceID.NotFound");
 }
 
+/// Two nodes in 10.0.0.0/24 (AZ a) and one in 100.64.2.0/24 (AZ b), a tagged pod subnet
+/// 100.64.1.0/24 in AZ a: subnets 0, 1, 2.
+fn multi_az() -> Topology {
+    let mut t = topology("t3.medium", &["10.0.0.0/24"], 3);
+    t.secondary_cidrs = vec!["100.64.0.0/16".parse().unwrap()];
+    let mut pods = SubnetSpec::new("100.64.1.0/24".parse().unwrap());
+    pods.tags = [("kubernetes.io/role/cni".to_string(), "1".to_string())].into();
+    let mut b = SubnetSpec::new("100.64.2.0/24".parse().unwrap());
+    b.az = Some("us-west-2b".into());
+    b.nodes = Some(1);
+    t.subnets.extend([pods, b]);
+    t
+}
+
+/// `Filter.N.Name` / `Filter.N.Value.M` pairs for `filters`, after `action`.
+fn with_filters(action: &str, filters: &[(&str, &[&str])]) -> Vec<(String, String)> {
+    let mut owned = vec![("Action".to_string(), action.to_string())];
+    for (i, (name, values)) in filters.iter().enumerate() {
+        owned.push((format!("Filter.{}.Name", i + 1), name.to_string()));
+        for (j, v) in values.iter().enumerate() {
+            owned.push((format!("Filter.{}.Value.{}", i + 1, j + 1), v.to_string()));
+        }
+    }
+    owned
+}
+
+async fn call_owned(h: &Harness, owned: &[(String, String)]) -> Node {
+    let pairs: Vec<(&str, &str)> = owned
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    h.ok(&pairs).await
+}
+
+/// The subnets DescribeSubnets returns for `filters`: (id, item).
+async fn subnets(h: &Harness, filters: &[(&str, &[&str])]) -> Vec<(String, Node)> {
+    call_owned(h, &with_filters("DescribeSubnets", filters))
+        .await
+        .items("subnetSet")
+        .into_iter()
+        .map(|s| (s.text_at("subnetId").to_string(), s.clone()))
+        .collect()
+}
+
+async fn subnet_ids(h: &Harness, filters: &[(&str, &[&str])]) -> Vec<String> {
+    let mut ids: Vec<String> = subnets(h, filters)
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test]
+async fn describe_subnets_in_a_secondary_cidr_and_another_az_with_tag_filters() {
+    let h = Harness::new(multi_az(), 0);
+    let (s0, s1, s2) = (h.subnet(0), h.subnet(1), h.subnet(2));
+    let all = subnets(&h, &[]).await;
+    assert_eq!(all.len(), 3);
+    let (_, b) = all.iter().find(|(id, _)| *id == s2).unwrap();
+    assert_eq!(b.text_at("cidrBlock"), "100.64.2.0/24");
+    assert_eq!(b.text_at("availabilityZone"), "us-west-2b");
+    assert_eq!(b.text_at("availabilityZoneId"), "usw2-az2");
+    assert_eq!(
+        b.text_at("availableIpAddressCount"),
+        "250",
+        "its node's primary"
+    );
+    assert!(b.items("tagSet").is_empty());
+
+    let cni = vec![s1.clone()];
+    assert_eq!(
+        subnet_ids(&h, &[("tag-key", &["kubernetes.io/role/cni"])]).await,
+        cni
+    );
+    assert_eq!(
+        subnet_ids(&h, &[("tag-key", &["kubernetes.io/*"])]).await,
+        cni
+    );
+    assert_eq!(
+        subnet_ids(
+            &h,
+            &[
+                ("tag:kubernetes.io/role/cni", &["1"]),
+                ("availability-zone", &["us-west-2a"]),
+            ]
+        )
+        .await,
+        cni
+    );
+    assert_eq!(
+        subnet_ids(&h, &[("availability-zone", &["us-west-2b"])]).await,
+        std::slice::from_ref(&s2)
+    );
+    let mut in_a = vec![s0.clone(), s1.clone()];
+    in_a.sort();
+    assert_eq!(
+        subnet_ids(&h, &[("availability-zone", &["us-west-2a"])]).await,
+        in_a
+    );
+    assert_eq!(
+        subnet_ids(&h, &[("cidr-block", &["100.64.*"])]).await.len(),
+        2
+    );
+    let (_, tagged) = &subnets(&h, &[("subnet-id", &[&s1])]).await[0];
+    let tag = tagged.items("tagSet")[0];
+    assert_eq!(
+        (tag.text_at("key"), tag.text_at("value")),
+        ("kubernetes.io/role/cni", "1")
+    );
+
+    // availableIpAddressCount after every allocation and release.
+    assert_eq!(free_count(&h, &s1).await, 251);
+    let eni = h
+        .ok(&[
+            ("Action", "CreateNetworkInterface"),
+            ("SubnetId", &s1),
+            ("SecondaryPrivateIpAddressCount", "4"),
+        ])
+        .await;
+    let e = eni.at("networkInterface");
+    let eni_id = e.text_at("networkInterfaceId").to_string();
+    assert!(e.text_at("privateIpAddress").starts_with("100.64.1."));
+    assert_eq!(e.text_at("availabilityZone"), "us-west-2a");
+    assert_eq!(free_count(&h, &s1).await, 251 - 5);
+    h.ok(&[
+        ("Action", "AssignPrivateIpAddresses"),
+        ("NetworkInterfaceId", &eni_id),
+        ("Ipv4PrefixCount", "1"),
+    ])
+    .await;
+    assert_eq!(free_count(&h, &s1).await, 251 - 5 - 16);
+    h.ok(&[
+        ("Action", "DeleteNetworkInterface"),
+        ("NetworkInterfaceId", &eni_id),
+    ])
+    .await;
+    assert_eq!(free_count(&h, &s1).await, 251);
+
+    // CreateTags and DeleteTags on a subnet move it in and out of the tag filters.
+    h.ok(&[
+        ("Action", "CreateTags"),
+        ("ResourceId.1", &s2),
+        ("Tag.1.Key", "kubernetes.io/role/cni"),
+        ("Tag.1.Value", "0"),
+    ])
+    .await;
+    let mut both = vec![s1.clone(), s2.clone()];
+    both.sort();
+    assert_eq!(
+        subnet_ids(&h, &[("tag-key", &["kubernetes.io/role/cni"])]).await,
+        both
+    );
+    assert_eq!(
+        subnet_ids(&h, &[("tag:kubernetes.io/role/cni", &["1"])]).await,
+        cni
+    );
+    let x = h
+        .ok(&[
+            ("Action", "DeleteTags"),
+            ("ResourceId.1", &s2),
+            ("ResourceId.2", &s1),
+            ("Tag.1.Key", "kubernetes.io/role/cni"),
+            ("Tag.1.Value", "0"),
+        ])
+        .await;
+    assert_eq!(
+        (x.name.as_str(), x.text_at("return")),
+        ("DeleteTagsResponse", "true")
+    );
+    assert_eq!(
+        subnet_ids(&h, &[("tag-key", &["kubernetes.io/role/cni"])]).await,
+        cni,
+        "only the tag with that value went"
+    );
+    let (code, _) = h.err(&[("Action", "DeleteTags"), ("Tag.1.Key", "k")]).await;
+    assert_eq!(code, "MissingParameter");
+    let (code, _) = h
+        .err(&[
+            ("Action", "DeleteTags"),
+            ("ResourceId.1", "subnet-0123456789abcdef0"),
+        ])
+        .await;
+    assert_eq!(code, "InvalidSubnetID.NotFound");
+}
+
+/// DescribeSubnets' availableIpAddressCount of subnet `id`.
+async fn free_count(h: &Harness, id: &str) -> u32 {
+    let found = subnets(h, &[("subnet-id", &[id])]).await;
+    found[0]
+        .1
+        .text_at("availableIpAddressCount")
+        .parse()
+        .unwrap()
+}
+
+/// CreateSecurityGroup in the harness's VPC: the new group's id.
+async fn new_group(h: &Harness, name: &str) -> String {
+    let vpc = h.sim.model().vpc().id.clone();
+    let x = h
+        .ok(&[
+            ("Action", "CreateSecurityGroup"),
+            ("GroupName", name),
+            ("GroupDescription", &format!("{name} of the pods")),
+            ("VpcId", &vpc),
+            ("TagSpecification.1.ResourceType", "security-group"),
+            ("TagSpecification.1.Tag.1.Key", "team"),
+            ("TagSpecification.1.Tag.1.Value", name),
+        ])
+        .await;
+    assert_eq!(
+        (x.name.as_str(), x.text_at("return")),
+        ("CreateSecurityGroupResponse", "true")
+    );
+    assert!(
+        x.text_at("securityGroupArn")
+            .ends_with(x.text_at("groupId"))
+    );
+    x.text_at("groupId").to_string()
+}
+
+#[tokio::test]
+async fn security_groups_are_created_described_and_put_on_new_enis() {
+    let h = Harness::basic();
+    let subnet = h.subnet(0);
+    let vpc = h.sim.model().vpc().id.clone();
+    let (g1, g2) = (new_group(&h, "pods").await, new_group(&h, "pods-b").await);
+    assert!(g1.starts_with("sg-") && g1 != g2);
+
+    for (pairs, code) in [
+        (
+            vec![
+                ("GroupName", "pods"),
+                ("GroupDescription", "d"),
+                ("VpcId", &vpc),
+            ],
+            "InvalidGroup.Duplicate",
+        ),
+        (
+            vec![("GroupName", "x"), ("GroupDescription", "d")],
+            "VPCIdNotSpecified",
+        ),
+        (
+            vec![("GroupName", "x"), ("VpcId", &vpc)],
+            "MissingParameter",
+        ),
+        (
+            vec![
+                ("GroupName", "x"),
+                ("GroupDescription", "d"),
+                ("VpcId", "vpc-0000000f"),
+            ],
+            "InvalidVpcID.NotFound",
+        ),
+        (
+            vec![
+                ("GroupName", "x"),
+                ("GroupDescription", "d"),
+                ("VpcId", &vpc),
+                ("TagSpecification.1.ResourceType", "network-interface"),
+                ("TagSpecification.1.Tag.1.Key", "k"),
+            ],
+            "InvalidParameterValue",
+        ),
+    ] {
+        let mut all = vec![("Action", "CreateSecurityGroup")];
+        all.extend(pairs.iter().copied());
+        assert_eq!(h.err(&all).await.0, code, "{pairs:?}");
+    }
+
+    let x = h
+        .ok(&[("Action", "DescribeSecurityGroups"), ("GroupId.1", &g1)])
+        .await;
+    let items = x.items("securityGroupInfo");
+    assert_eq!(items.len(), 1);
+    let g = items[0];
+    assert_eq!(g.text_at("groupName"), "pods");
+    assert_eq!(g.text_at("groupDescription"), "pods of the pods");
+    assert_eq!(g.text_at("vpcId"), vpc);
+    assert_eq!(g.items("tagSet")[0].text_at("value"), "pods");
+    assert!(g.items("ipPermissions").is_empty());
+    let named = |filters: &[(&str, &[&str])]| {
+        let owned = with_filters("DescribeSecurityGroups", filters);
+        let h = &h;
+        async move {
+            let mut v: Vec<String> = call_owned(h, &owned)
+                .await
+                .items("securityGroupInfo")
+                .iter()
+                .map(|g| g.text_at("groupName").to_string())
+                .collect();
+            v.sort();
+            v
+        }
+    };
+    assert_eq!(named(&[]).await, ["default", "pods", "pods-b"]);
+    assert_eq!(
+        named(&[("group-name", &["pods*"])]).await,
+        ["pods", "pods-b"]
+    );
+    assert_eq!(named(&[("tag:team", &["pods-b"])]).await, ["pods-b"]);
+    let x = h
+        .ok(&[
+            ("Action", "DescribeSecurityGroups"),
+            ("GroupName.1", "default"),
+        ])
+        .await;
+    assert_eq!(
+        x.items("securityGroupInfo")[0].text_at("groupId"),
+        h.sim.model().vpc().default_security_group
+    );
+    for (key, value, code) in [
+        ("GroupId.1", "sg-0123456789abcdef0", "InvalidGroup.NotFound"),
+        ("GroupId.1", "pods", "InvalidGroupId.Malformed"),
+        ("GroupName.1", "nope", "InvalidGroup.NotFound"),
+    ] {
+        let (got, _) = h
+            .err(&[("Action", "DescribeSecurityGroups"), (key, value)])
+            .await;
+        assert_eq!(got, code, "{key}={value}");
+    }
+
+    // An ENI with both groups shows them, by id and name, and is found by either.
+    let x = h
+        .ok(&[
+            ("Action", "CreateNetworkInterface"),
+            ("SubnetId", &subnet),
+            ("SecurityGroupId.1", &g1),
+            ("SecurityGroupId.2", &g2),
+        ])
+        .await;
+    let groups: Vec<(String, String)> = x
+        .items("networkInterface/groupSet")
+        .iter()
+        .map(|g| {
+            (
+                g.text_at("groupId").to_string(),
+                g.text_at("groupName").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        groups,
+        [
+            (g1.clone(), "pods".to_string()),
+            (g2.clone(), "pods-b".to_string())
+        ]
+    );
+    let eni = x.text_at("networkInterface/networkInterfaceId").to_string();
+    let found = call_owned(
+        &h,
+        &with_filters("DescribeNetworkInterfaces", &[("group-id", &[&g2])]),
+    )
+    .await;
+    let found = found.items("networkInterfaceSet");
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].text_at("networkInterfaceId"), eni);
+
+    // An unknown group fails the call as EC2 does, and nothing is created.
+    let before = h.sim.model().enis().count();
+    let (code, msg) = h
+        .err(&[
+            ("Action", "CreateNetworkInterface"),
+            ("SubnetId", &subnet),
+            ("SecurityGroupId.1", &g1),
+            ("SecurityGroupId.2", "sg-0123456789abcdef0"),
+        ])
+        .await;
+    assert_eq!(
+        (code.as_str(), msg.as_str()),
+        (
+            "InvalidGroup.NotFound",
+            "The security group 'sg-0123456789abcdef0' does not exist"
+        )
+    );
+    assert_eq!(h.sim.model().enis().count(), before);
+}
+
 #[tokio::test]
 async fn unknown_or_missing_action() {
     let h = Harness::basic();
@@ -1001,6 +1381,12 @@ async fn admin_state_is_json_of_the_model() {
     assert_eq!(v["instances"][0]["id"], inst.as_str());
     assert_eq!(v["enis"][0]["id"], eni.as_str());
     assert_eq!(v["subnets"][0]["available_ip_address_count"], 250);
+    assert_eq!(v["subnets"][0]["az"], "us-west-2a");
+    assert_eq!(v["subnets"][0]["tags"], serde_json::json!({}));
+    assert_eq!(v["vpc"]["secondary_cidrs"], serde_json::json!([]));
+    let default = &v["security_groups"][0];
+    assert_eq!(default["name"], "default");
+    assert_eq!(default["id"], v["vpc"]["default_security_group"]);
 }
 
 #[tokio::test]

@@ -82,7 +82,12 @@ impl Vpc {
 
     /// CreateNetworkInterface in the first subnet: (id, MAC, primary address).
     fn create_eni(&self) -> (String, String, Ipv4Addr) {
-        let subnet = self.f.subnets[0].id.clone();
+        self.create_eni_in(0)
+    }
+
+    /// CreateNetworkInterface in subnet `s`: (id, MAC, primary address).
+    fn create_eni_in(&self, s: usize) -> (String, String, Ipv4Addr) {
+        let subnet = self.f.subnets[s].id.clone();
         let x = self.ok(&[("Action", "CreateNetworkInterface"), ("SubnetId", &subnet)]);
         let e = x.at("networkInterface");
         (
@@ -254,6 +259,42 @@ fn sysctl(ns: &str, key: &str) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
+/// What ipamd does for an address `s` of the ENI at eth1 in node namespace `ns`, by hand: eth1
+/// up with the ENI's primary address (no connected route, so the main table keeps sending the
+/// subnet out of eth0), and `s` held by the node.
+fn hold_on_eth1(ns: &str, primary: Ipv4Addr, s: Ipv4Addr) {
+    let primary = format!("{primary}/24");
+    ip(&[
+        "-n",
+        ns,
+        "addr",
+        "add",
+        &primary,
+        "dev",
+        "eth1",
+        "noprefixroute",
+    ]);
+    ip(&["-n", ns, "link", "set", "eth1", "up"]);
+    ip(&["-n", ns, "addr", "add", &format!("{s}/32"), "dev", "lo"]);
+}
+
+/// Traffic from `s` out of eth1 to its subnet's router `gw`: eth1's own table (2, as for device
+/// 1) and the priority-1536 rule that sends `s` there.
+fn route_through_eth1(ns: &str, s: Ipv4Addr, gw: Ipv4Addr) {
+    let gw = gw.to_string();
+    let host = format!("{gw}/32");
+    ip(&[
+        "-n", ns, "route", "add", &host, "dev", "eth1", "scope", "link", "table", "2",
+    ]);
+    ip(&[
+        "-n", ns, "route", "add", "default", "via", &gw, "dev", "eth1", "table", "2",
+    ]);
+    let from = format!("{s}/32");
+    ip(&[
+        "-n", ns, "rule", "add", "from", &from, "lookup", "2", "prio", "1536",
+    ]);
+}
+
 #[test]
 #[ignore = "needs root: run by scripts/test.sh as root"]
 fn two_nodes_reach_each_other_and_the_outside_sees_their_own_addresses() {
@@ -422,20 +463,7 @@ fn the_source_destination_check_drops_a_packet_leaving_through_the_wrong_eni() {
     v.attach(&eni, 0, 1);
     let s = v.assign(&eni, 1)[0];
 
-    // What ipamd would do, by hand: eth1 up with its primary address (no connected route, so
-    // the main table keeps sending the subnet out of eth0), and S held by the node.
-    ip(&[
-        "-n",
-        &node1,
-        "addr",
-        "add",
-        &format!("{primary}/24"),
-        "dev",
-        "eth1",
-        "noprefixroute",
-    ]);
-    ip(&["-n", &node1, "link", "set", "eth1", "up"]);
-    ip(&["-n", &node1, "addr", "add", &format!("{s}/32"), "dev", "lo"]);
+    hold_on_eth1(&node1, primary, s);
     assert!(ping(&node1, None, peer), "node1 -> node2 from its primary");
 
     let route = ip(&[
@@ -459,34 +487,7 @@ fn the_source_destination_check_drops_a_packet_leaving_through_the_wrong_eni() {
     );
 
     // Traffic from S through the ENI that holds S (what the per-ENI table does).
-    ip(&[
-        "-n",
-        &node1,
-        "rule",
-        "add",
-        "from",
-        &format!("{s}/32"),
-        "lookup",
-        "100",
-        "prio",
-        "100",
-    ]);
-    ip(&[
-        "-n",
-        &node1,
-        "route",
-        "add",
-        "10.0.0.1/32",
-        "dev",
-        "eth1",
-        "scope",
-        "link",
-        "table",
-        "100",
-    ]);
-    ip(&[
-        "-n", &node1, "route", "add", "default", "via", "10.0.0.1", "dev", "eth1", "table", "100",
-    ]);
+    route_through_eth1(&node1, s, "10.0.0.1".parse().unwrap());
     let route = ip(&[
         "-n",
         &node1,
@@ -538,6 +539,91 @@ fn a_fabric_failure_fails_the_call_and_leaves_ec2_unchanged() {
     let added = v.assign(&eni, 1);
     v.assert_delivered(primary, "n1d1", &mac);
     v.assert_delivered(added[0], "n1d1", &mac);
+
+    v.stop();
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn an_eni_in_a_secondary_cidr_of_another_az_carries_traffic_to_a_node_and_the_outside() {
+    // Node 1 in 10.0.0.0/24 (AZ a); node 2 in 10.0.1.0/24 (AZ b), where the pod subnet
+    // 100.64.2.0/24 of the secondary CIDR is too.
+    let v = Vpc::start(
+        2,
+        &[
+            "--vpc-secondary-cidr",
+            "100.64.0.0/16",
+            "--subnet",
+            "10.0.0.0/24",
+            "--subnet",
+            "10.0.1.0/24,az=us-west-2b,nodes=1",
+            "--subnet",
+            "100.64.2.0/24,az=us-west-2b,tag=kubernetes.io/role/cni=1",
+        ],
+    );
+    let (vpc, out, node1, node2) = (v.vpc(), v.out(), v.node(0), v.node(1));
+    let n1 = v.f.nodes[0].primary_ip;
+    assert_eq!(
+        (v.f.nodes[0].az.as_str(), v.f.nodes[1].az.as_str()),
+        ("us-west-2a", "us-west-2b")
+    );
+    assert_eq!(v.f.nodes[1].subnet_id, v.f.subnets[1].id);
+    let routes = ip(&["-n", &vpc, "-4", "route", "show"]);
+    assert!(routes.contains("blackhole 100.64.0.0/16"), "{routes}");
+    let out_routes = ip(&["-n", &out, "-4", "route", "show"]);
+    assert!(
+        out_routes.contains("100.64.0.0/16 via 192.0.2.1 dev eth0"),
+        "{out_routes}"
+    );
+
+    let (eni, mac, primary) = v.create_eni_in(2);
+    assert_eq!(primary.octets()[..3], [100, 64, 2]);
+    // EC2 attaches an ENI to an instance of its own AZ only.
+    let inst1 = v.f.nodes[0].instance_id.clone();
+    let (status, x) = v.call(&[
+        ("Action", "AttachNetworkInterface"),
+        ("NetworkInterfaceId", &eni),
+        ("InstanceId", &inst1),
+        ("DeviceIndex", "1"),
+    ]);
+    assert_eq!(status, 400, "{x:?}");
+    assert_eq!(
+        x.text_at("Errors/Error/Code"),
+        "InvalidParameterCombination"
+    );
+    v.attach(&eni, 1, 1);
+    let side = ip(&["-n", &vpc, "-4", "-o", "addr", "show", "dev", "n2d1"]);
+    assert!(side.contains("inet 100.64.2.1/32"), "{side}");
+    let s = v.assign(&eni, 1)[0];
+    v.assert_delivered(s, "n2d1", &mac);
+
+    hold_on_eth1(&node2, primary, s);
+    route_through_eth1(&node2, s, "100.64.2.1".parse().unwrap());
+
+    // Across AZs from node 2's own address (which also resolves its gateway on eth0).
+    assert!(ping(&node2, None, n1), "node 2 -> node 1");
+    assert!(ping(&node2, Some(s), n1), "S -> node 1 in 10.0.0.0/24");
+    assert!(ping(&node1, None, s), "node 1 -> S");
+    // Not SNATed, as with external SNAT: the outside routes the secondary CIDR back too.
+    assert!(ping(&node2, Some(s), v.outside_ip()), "S -> outside");
+    // Nobody holds these: blackholed, in the pod subnet and elsewhere in the secondary CIDR.
+    assert!(!ping(&node1, None, "100.64.2.200".parse().unwrap()));
+    assert!(!ping(&node1, None, "100.64.9.9".parse().unwrap()));
+
+    // Without its rule S leaves through eth0, whose ENI does not hold it: dropped.
+    ip(&[
+        "-n",
+        &node2,
+        "rule",
+        "del",
+        "from",
+        &format!("{s}/32"),
+        "lookup",
+        "2",
+    ]);
+    let before = rp_filter_drops(&vpc);
+    assert!(!ping(&node2, Some(s), n1), "S out of eth0 must be dropped");
+    assert!(rp_filter_drops(&vpc) > before);
 
     v.stop();
 }

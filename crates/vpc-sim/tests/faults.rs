@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::Request;
 use cloud::aws::{AwsEc2, sdk};
 use cloud::{CloudErrorKind, Ec2};
-use common::{Harness, Reply, SimProcess, host_port};
+use common::{Harness, Reply, SimProcess, host_port, sdk_client};
 use sdk::config::retry::RetryConfig;
 use sdk::error::{ProvideErrorMetadata, SdkError};
 use serde_json::{Value, json};
@@ -392,29 +392,6 @@ async fn a_dropped_connection_gets_not_one_byte_of_a_response() {
     assert!(got.is_empty(), "got {:?}", String::from_utf8_lossy(&got));
     assert_eq!(snapshot(&h), before);
     assert_eq!(calls(&h).await["CreateNetworkInterface"], 1);
-}
-
-/// The SDK client the way ipamd builds it, against `endpoint`, with `retry`.
-fn sdk_client(endpoint: &str, retry: RetryConfig) -> sdk::Client {
-    let conf = sdk::Config::builder()
-        .behavior_version(sdk::config::BehaviorVersion::latest())
-        .region(sdk::config::Region::new("us-west-2"))
-        .credentials_provider(sdk::config::Credentials::new(
-            "AKIDFAULTS",
-            "secret",
-            None,
-            None,
-            "static",
-        ))
-        .endpoint_url(endpoint)
-        .retry_config(retry)
-        .timeout_config(
-            sdk::config::timeout::TimeoutConfig::builder()
-                .operation_attempt_timeout(Duration::from_secs(30))
-                .build(),
-        )
-        .build();
-    sdk::Client::from_conf(conf)
 }
 
 #[tokio::test]

@@ -49,6 +49,9 @@ pub const ACTIONS: &[&str] = &[
     "AssignPrivateIpAddresses",
     "UnassignPrivateIpAddresses",
     "CreateTags",
+    "DeleteTags",
+    "CreateSecurityGroup",
+    "DescribeSecurityGroups",
 ];
 
 /// What an action handler gets.
@@ -254,6 +257,9 @@ pub fn dispatch(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
         "AssignPrivateIpAddresses" => addresses::assign(cx),
         "UnassignPrivateIpAddresses" => addresses::unassign(cx),
         "CreateTags" => tags::create(cx),
+        "DeleteTags" => tags::delete(cx),
+        "CreateSecurityGroup" => security_groups::create(cx),
+        "DescribeSecurityGroups" => security_groups::describe(cx),
         other => Err(Ec2Error::new(
             "InvalidAction",
             format!("The action {other} is not valid for this web service."),

@@ -142,6 +142,22 @@ impl Params {
             .collect()
     }
 
+    /// The tags of every `TagSpecification.N`, which must all be for `resource_type` (the one
+    /// kind of resource the call creates).
+    pub fn tags_for(&self, resource_type: &str) -> Result<Tags, Ec2Error> {
+        let mut tags = Tags::new();
+        for spec in self.tag_specs()? {
+            if spec.resource_type != resource_type {
+                return Err(Ec2Error::invalid(format!(
+                    "'{}' is not a valid taggable resource type for this operation.",
+                    spec.resource_type
+                )));
+            }
+            tags.extend(spec.tags);
+        }
+        Ok(tags)
+    }
+
     /// `TagSpecification.N.ResourceType` + `TagSpecification.N.Tag.M.Key/Value`.
     pub fn tag_specs(&self) -> Result<Vec<TagSpec>, Ec2Error> {
         self.indices("TagSpecification")

@@ -103,8 +103,9 @@ impl OutsidePlan {
 pub struct FabricPlan {
     /// The VPC namespace (`NAME-vpc`).
     pub vpc_netns: String,
-    /// The VPC CIDR: addresses in it that nobody holds are dropped, never sent outside.
-    pub vpc_cidr: Ipv4Network,
+    /// The VPC's CIDRs, the primary first: addresses in them that nobody holds are dropped,
+    /// never sent outside.
+    pub vpc_cidrs: Vec<Ipv4Network>,
     /// The outside.
     pub outside: OutsidePlan,
     /// One entry per instance, in launch order.
@@ -139,7 +140,7 @@ impl FabricPlan {
             .collect::<Result<Vec<_>, FabricError>>()?;
         Ok(Self {
             vpc_netns: vpc_netns(name),
-            vpc_cidr: m.vpc().cidr,
+            vpc_cidrs: m.vpc().cidrs(),
             outside: OutsidePlan::new(name, outside_ip),
             nodes,
         })

@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use super::vpc::VPC_SYSCTLS;
 use super::*;
-use crate::model::{AssignRequest, CreateEni, Model, Topology};
+use crate::model::{AssignRequest, CreateEni, Model, SubnetSpec, Topology};
 use crate::rand::Rng;
 
 /// Records commands; a batch is recorded as its marker plus one `ip -n NS LINE` per line, as if
@@ -101,11 +101,13 @@ fn node(i: usize) -> String {
 fn model() -> Model {
     let t = Topology {
         vpc_cidr: "10.0.0.0/16".parse().unwrap(),
+        secondary_cidrs: vec![],
         region: "us-west-2".into(),
         subnets: vec![
-            "10.0.0.0/24".parse().unwrap(),
-            "10.0.1.0/24".parse().unwrap(),
+            SubnetSpec::new("10.0.0.0/24".parse().unwrap()),
+            SubnetSpec::new("10.0.1.0/24".parse().unwrap()),
         ],
+        security_groups: vec![],
         nodes: 2,
         instance_type: "t3.medium".into(),
         extra_types: vec![],
@@ -171,7 +173,7 @@ fn plan_follows_the_model() {
     let m = model();
     let plan = plan(&m);
     assert_eq!(plan.vpc_netns, vpc());
-    assert_eq!(plan.vpc_cidr.to_string(), "10.0.0.0/16");
+    assert_eq!(plan.vpc_cidrs, ["10.0.0.0/16".parse().unwrap()]);
     let n1 = &plan.nodes[0];
     let inst = m.instances()[0];
     let eni = m.eni(&inst.primary_eni).unwrap();
@@ -301,6 +303,54 @@ fn build_sets_sysctls_first_then_outside_then_links_then_nodes() {
     );
     assert_eq!(f.wiring().links.len(), 2);
     assert_eq!(f.wiring().routes.len(), 2);
+}
+
+#[test]
+fn every_vpc_cidr_is_blackholed_and_routed_back_from_the_outside() {
+    // Node 2 in a subnet of the secondary CIDR, in another AZ.
+    let mut pods = SubnetSpec::new("100.64.2.0/24".parse().unwrap());
+    pods.az = Some("us-west-2b".into());
+    pods.nodes = Some(1);
+    let t = Topology {
+        vpc_cidr: "10.0.0.0/16".parse().unwrap(),
+        secondary_cidrs: vec!["100.64.0.0/16".parse().unwrap()],
+        region: "us-west-2".into(),
+        subnets: vec![SubnetSpec::new("10.0.0.0/24".parse().unwrap()), pods],
+        security_groups: vec![],
+        nodes: 2,
+        instance_type: "t3.medium".into(),
+        extra_types: vec![],
+    };
+    let m = Model::build(&t, Rng::seeded(9), 0).unwrap();
+    let plan = plan(&m);
+    assert_eq!(
+        plan.vpc_cidrs,
+        ["10.0.0.0/16", "100.64.0.0/16"].map(|c| c.parse().unwrap())
+    );
+    let p2 = &plan.nodes[1];
+    assert_eq!(p2.address.prefix(), 24);
+    assert!(
+        p2.address.ip().octets()[..3] == [100, 64, 2],
+        "{}",
+        p2.address
+    );
+    let rec = Recorder::default();
+    let log = rec.log.clone();
+    let mut f = Fabric::new(rec);
+    f.build(&plan, &m).unwrap();
+    let lines = log.borrow().clone();
+    let (v, out, n2) = (vpc(), format!("{NAME}-out"), node(2));
+    for needle in [
+        format!("ip -n {v} route add blackhole 10.0.0.0/16"),
+        format!("ip -n {v} route add blackhole 100.64.0.0/16"),
+        format!("ip -n {out} route add 10.0.0.0/16 via 192.0.2.1 dev eth0"),
+        format!("ip -n {out} route add 100.64.0.0/16 via 192.0.2.1 dev eth0"),
+        format!("ip -n {v} addr add 100.64.2.1/32 dev n2d0"),
+        format!("ip -n {n2} addr add {} dev eth0", p2.address),
+        format!("ip -n {n2} route add default via 100.64.2.1 dev eth0"),
+    ] {
+        assert!(lines.contains(&needle), "missing {needle:?} in {lines:#?}");
+    }
 }
 
 #[test]

@@ -94,15 +94,16 @@ impl<R: Runner> Fabric<R> {
         self.sysctls(vpc, VPC_SYSCTLS)?;
         self.vpc_netns = Some(vpc.to_string());
         self.nodes = plan.node_map();
-        self.batch(
-            vpc,
-            &[
-                "link set lo up".to_string(),
-                // Addresses of the VPC that nobody holds are dropped, silently as in EC2, and
-                // never sent to the outside.
-                format!("route add blackhole {}", plan.vpc_cidr),
-            ],
-        )?;
+        // Addresses of the VPC that nobody holds are dropped, silently as in EC2, and never
+        // sent to the outside.
+        let blackholes = plan
+            .vpc_cidrs
+            .iter()
+            .map(|c| format!("route add blackhole {c}"));
+        let lines: Vec<String> = std::iter::once("link set lo up".to_string())
+            .chain(blackholes)
+            .collect();
+        self.batch(vpc, &lines)?;
         self.build_outside(plan)?;
         for n in &plan.nodes {
             self.add_netns(&n.netns)?;
@@ -140,20 +141,19 @@ impl<R: Runner> Fabric<R> {
                 format!("route add default via {} dev {VPC_OUT_LINK}", out.out_side.ip()),
             ],
         )?;
-        self.batch(
-            &out.netns,
-            &[
-                "link set lo up".to_string(),
-                format!("addr add {}/32 dev lo", out.ip),
-                format!("addr add {} dev {OUT_LINK}", out.out_side),
-                format!("link set {OUT_LINK} up"),
-                format!(
-                    "route add {} via {} dev {OUT_LINK}",
-                    plan.vpc_cidr,
-                    out.vpc_side.ip()
-                ),
-            ],
-        )
+        let mut lines = vec![
+            "link set lo up".to_string(),
+            format!("addr add {}/32 dev lo", out.ip),
+            format!("addr add {} dev {OUT_LINK}", out.out_side),
+            format!("link set {OUT_LINK} up"),
+        ];
+        // Back into the VPC: every CIDR, so pods in a secondary one are reachable too.
+        lines.extend(
+            plan.vpc_cidrs
+                .iter()
+                .map(|c| format!("route add {c} via {} dev {OUT_LINK}", out.vpc_side.ip())),
+        );
+        self.batch(&out.netns, &lines)
     }
 
     /// Brings the VPC namespace in line with `model` (links of attached ENIs, `/32` routes and

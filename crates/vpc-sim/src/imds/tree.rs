@@ -116,12 +116,13 @@ fn interface_field(v: &InstanceView, i: &InterfaceView, field: &str) -> Option<S
         "mac" => i.mac.clone(),
         "network-card" => i.network_card.to_string(),
         "owner-id" => v.account_id.clone(),
-        "security-group-ids" => join(i.security_groups.iter().cloned()),
-        "security-groups" => join(i.security_groups.iter().map(|_| "default".to_string())),
+        "security-group-ids" => join(i.security_groups.iter().map(|(id, _)| id.clone())),
+        "security-groups" => join(i.security_groups.iter().map(|(_, name)| name.clone())),
         "subnet-id" => i.subnet_id.clone(),
         "subnet-ipv4-cidr-block" => i.subnet_cidr.to_string(),
         "vpc-id" => i.vpc_id.clone(),
-        "vpc-ipv4-cidr-block" | "vpc-ipv4-cidr-blocks" => i.vpc_cidr.to_string(),
+        "vpc-ipv4-cidr-block" => i.vpc_cidrs.first()?.to_string(),
+        "vpc-ipv4-cidr-blocks" => join(i.vpc_cidrs.iter().map(|c| c.to_string())),
         _ => return None,
     })
 }
@@ -191,10 +192,16 @@ mod tests {
                 subnet_id: "subnet-1".into(),
                 subnet_cidr: "10.0.0.0/24".parse().unwrap(),
                 vpc_id: "vpc-1".into(),
-                vpc_cidr: "10.0.0.0/16".parse().unwrap(),
+                vpc_cidrs: vec![
+                    "10.0.0.0/16".parse().unwrap(),
+                    "100.64.0.0/16".parse().unwrap(),
+                ],
                 ipv4s: vec!["10.0.0.4".parse().unwrap(), "10.0.0.5".parse().unwrap()],
                 prefixes: vec![],
-                security_groups: vec!["sg-1".into()],
+                security_groups: vec![
+                    ("sg-1".into(), "default".into()),
+                    ("sg-2".into(), "pods".into()),
+                ],
             }],
         }
     }
@@ -230,6 +237,22 @@ mod tests {
         assert_eq!(
             r("meta-data/placement/region").as_deref(),
             Some("us-west-2")
+        );
+        assert_eq!(
+            r(&format!("{mac}/vpc-ipv4-cidr-block")).as_deref(),
+            Some("10.0.0.0/16")
+        );
+        assert_eq!(
+            r(&format!("{mac}/vpc-ipv4-cidr-blocks")).as_deref(),
+            Some("10.0.0.0/16\n100.64.0.0/16")
+        );
+        assert_eq!(
+            r(&format!("{mac}/security-group-ids")).as_deref(),
+            Some("sg-1\nsg-2")
+        );
+        assert_eq!(
+            r(&format!("{mac}/security-groups")).as_deref(),
+            Some("default\npods")
         );
     }
 

@@ -72,21 +72,6 @@ pub(super) fn prefix_take_error(err: TakeError, p: Ipv4Network, subnet: &str) ->
 }
 
 impl Model {
-    /// Checks group ids; empty means the default group.
-    pub(super) fn check_groups(&self, groups: &[String]) -> Result<Vec<String>, ModelError> {
-        if groups.is_empty() {
-            return Ok(vec![self.vpc.default_security_group.clone()]);
-        }
-        for g in groups {
-            if *g != self.vpc.default_security_group {
-                return Err(ModelError::GroupNotFound(g.clone()));
-            }
-        }
-        let mut out = groups.to_vec();
-        out.dedup();
-        Ok(out)
-    }
-
     /// CreateNetworkInterface: a new, unattached ENI with its addresses, all or nothing. A
     /// request whose client token was seen before gets that request's ENI as it is now (even
     /// deleted, as EC2 answers), or IdempotentParameterMismatch when its parameters differ.
@@ -215,37 +200,6 @@ impl Model {
                     eni.security_groups = g;
                 }
             }
-        }
-        Ok(())
-    }
-
-    /// CreateTags on ENIs, instances, subnets or the VPC; checks every id before tagging any.
-    pub fn create_tags(&mut self, ids: &[String], tags: &Tags) -> Result<(), ModelError> {
-        for id in ids {
-            let known = if id.starts_with("eni-") && !id.starts_with("eni-attach-") {
-                self.eni(id).map(|_| ())
-            } else if id.starts_with("i-") {
-                self.instance(id).map(|_| ())
-            } else if id.starts_with("subnet-") {
-                self.subnet(id).map(|_| ())
-            } else if *id == self.vpc.id {
-                Ok(())
-            } else {
-                Err(ModelError::InvalidId(id.clone()))
-            };
-            known?;
-        }
-        for id in ids {
-            let target = if let Some(e) = self.enis.get_mut(id) {
-                &mut e.tags
-            } else if let Some(i) = self.instances.get_mut(id) {
-                &mut i.tags
-            } else if let Some(s) = self.subnets.get_mut(id) {
-                &mut s.tags
-            } else {
-                &mut self.vpc.tags
-            };
-            target.extend(tags.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
         Ok(())
     }

@@ -29,6 +29,20 @@ pub enum ModelError {
     /// Unknown security group.
     #[error("The security group '{0}' does not exist")]
     GroupNotFound(String),
+    /// Not a security group id at all.
+    #[error("Invalid id: \"{0}\" (expecting \"sg-...\")")]
+    GroupMalformed(String),
+    /// A security group name already taken in the VPC.
+    #[error("The security group '{name}' already exists for VPC '{vpc_id}'")]
+    GroupDuplicate {
+        /// The name asked for.
+        name: String,
+        /// The VPC.
+        vpc_id: String,
+    },
+    /// Unknown VPC.
+    #[error("The vpc ID '{0}' does not exist")]
+    VpcNotFound(String),
     /// Unknown instance type(s).
     #[error("The following supplied instance types do not exist: [{}]", .0.join(", "))]
     UnknownInstanceType(Vec<String>),
@@ -90,6 +104,9 @@ impl ModelError {
             Self::SubnetNotFound(_) => "InvalidSubnetID.NotFound",
             Self::AttachmentNotFound(_) => "InvalidAttachmentID.NotFound",
             Self::GroupNotFound(_) => "InvalidGroup.NotFound",
+            Self::GroupMalformed(_) => "InvalidGroupId.Malformed",
+            Self::GroupDuplicate { .. } => "InvalidGroup.Duplicate",
+            Self::VpcNotFound(_) => "InvalidVpcID.NotFound",
             Self::UnknownInstanceType(_) => "InvalidInstanceType",
             Self::PrivateIpLimit => "PrivateIpAddressLimitExceeded",
             Self::AttachmentLimit { .. } => "AttachmentLimitExceeded",

@@ -8,7 +8,9 @@ mod alloc;
 mod attach;
 mod enis;
 mod error;
+mod groups;
 mod ids;
+mod tags;
 mod types;
 mod view;
 
@@ -27,7 +29,8 @@ pub use alloc::{AddressSpace, PREFIX_LEN, TakeError};
 pub use enis::{CreateEni, EniChange};
 pub use error::ModelError;
 pub use ids::{IdGen, well_formed};
-pub use types::{Attachment, Eni, EniStatus, Instance, Stamped, Subnet, Tags, Vpc};
+pub use tags::TagFilter;
+pub use types::{Attachment, Eni, EniStatus, Instance, SecurityGroup, Stamped, Subnet, Tags, Vpc};
 pub use view::{InstanceView, InterfaceView};
 
 use crate::rand::Rng;
@@ -67,21 +70,51 @@ pub fn az_id(az: &str) -> String {
     format!("{short}-az{n}")
 }
 
+/// One subnet to build at startup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubnetSpec {
+    /// Its CIDR, inside one of the VPC's.
+    pub cidr: Ipv4Network,
+    /// Its availability zone; the VPC's default AZ when `None`.
+    pub az: Option<String>,
+    /// Its tags.
+    pub tags: Tags,
+    /// Instances to launch in it; `None` for the first subnet, which takes every instance no
+    /// other subnet asks for.
+    pub nodes: Option<usize>,
+}
+
+impl SubnetSpec {
+    /// A subnet in the default AZ, without tags.
+    pub fn new(cidr: Ipv4Network) -> Self {
+        Self {
+            cidr,
+            az: None,
+            tags: Tags::new(),
+            nodes: None,
+        }
+    }
+}
+
 /// What to build at startup.
 #[derive(Debug, Clone)]
 pub struct Topology {
-    /// VPC CIDR.
+    /// Primary VPC CIDR.
     pub vpc_cidr: Ipv4Network,
-    /// Region, e.g. `us-west-2`; the one AZ is `<region>a`.
+    /// More VPC CIDRs, in association order.
+    pub secondary_cidrs: Vec<Ipv4Network>,
+    /// Region, e.g. `us-west-2`; the VPC's default AZ is `<region>a`.
     pub region: String,
-    /// Subnet CIDRs; instances go into the first.
-    pub subnets: Vec<Ipv4Network>,
+    /// Subnets; instances go into the first unless a subnet asks for some.
+    pub subnets: Vec<SubnetSpec>,
     /// Number of instances.
     pub nodes: usize,
     /// Their type.
     pub instance_type: String,
     /// Instance types beyond the embedded table (name, limits).
     pub extra_types: Vec<(String, InstanceLimits)>,
+    /// Names of security groups to create besides the VPC's default one.
+    pub security_groups: Vec<String>,
 }
 
 /// The whole simulated VPC.
@@ -91,11 +124,17 @@ pub struct Model {
     subnets: BTreeMap<String, Subnet>,
     instances: BTreeMap<String, Instance>,
     enis: BTreeMap<String, Eni>,
+    security_groups: BTreeMap<String, SecurityGroup>,
     types: InstanceTable,
     extra_types: BTreeSet<String>,
     ids: IdGen,
     /// CreateNetworkInterface's client tokens: the request, and the ENI as it was created.
     client_tokens: BTreeMap<String, (CreateEni, Eni)>,
+}
+
+/// Whether `cidr` is a network address with a mask EC2 accepts for a VPC or a subnet.
+fn well_formed_cidr(cidr: Ipv4Network) -> bool {
+    (16..=28).contains(&cidr.prefix()) && cidr.ip() == cidr.network()
 }
 
 impl Model {
@@ -106,7 +145,7 @@ impl Model {
         types: InstanceTable,
         rng: Rng,
     ) -> Result<Self, ModelError> {
-        if !(16..=28).contains(&vpc_cidr.prefix()) || vpc_cidr.ip() != vpc_cidr.network() {
+        if !well_formed_cidr(vpc_cidr) {
             return Err(ModelError::invalid(format!(
                 "The CIDR '{vpc_cidr}' is invalid: a VPC is a network address with a /16 to /28 mask."
             )));
@@ -115,10 +154,18 @@ impl Model {
         let vpc = Vpc {
             id: ids.id("vpc"),
             cidr: vpc_cidr,
+            secondary_cidrs: Vec::new(),
             region: region.to_string(),
             az: format!("{region}a"),
             owner_id: ACCOUNT_ID.to_string(),
             default_security_group: ids.id("sg"),
+            tags: Tags::new(),
+        };
+        let default_group = SecurityGroup {
+            id: vpc.default_security_group.clone(),
+            name: "default".to_string(),
+            description: "default VPC security group".to_string(),
+            vpc_id: vpc.id.clone(),
             tags: Tags::new(),
         };
         Ok(Self {
@@ -126,6 +173,7 @@ impl Model {
             subnets: BTreeMap::new(),
             instances: BTreeMap::new(),
             enis: BTreeMap::new(),
+            security_groups: [(default_group.id.clone(), default_group)].into(),
             types,
             extra_types: BTreeSet::new(),
             ids,
@@ -133,7 +181,8 @@ impl Model {
         })
     }
 
-    /// Builds the startup topology: VPC, subnets, and `nodes` instances in the first subnet.
+    /// Builds the startup topology: VPC and its CIDRs, security groups, subnets, and `nodes`
+    /// instances: each subnet's own count, the rest in the first subnet, which launches first.
     pub fn build(t: &Topology, rng: Rng, now_ms: u64) -> Result<Self, ModelError> {
         let mut m = Self::new(
             t.vpc_cidr,
@@ -141,19 +190,59 @@ impl Model {
             InstanceTable::embedded().clone(),
             rng,
         )?;
+        for cidr in &t.secondary_cidrs {
+            m.add_vpc_cidr(*cidr)?;
+        }
         for (name, limits) in &t.extra_types {
             m.add_instance_type(name, *limits);
         }
-        let mut first = None;
-        for cidr in &t.subnets {
-            let id = m.add_subnet(*cidr)?;
-            first.get_or_insert(id);
+        for name in &t.security_groups {
+            let vpc = m.vpc.id.clone();
+            m.create_security_group(name, &format!("vpc-sim group {name}"), &vpc, Tags::new())?;
         }
-        let subnet = first.ok_or_else(|| ModelError::invalid("at least one subnet is needed"))?;
-        for _ in 0..t.nodes {
-            m.launch_instance(&t.instance_type, &subnet, now_ms)?;
+        let mut placed = Vec::new();
+        for spec in &t.subnets {
+            let id = m.add_subnet(spec.cidr, spec.az.as_deref(), spec.tags.clone())?;
+            placed.push((id, spec.nodes));
+        }
+        let [(first, None), rest @ ..] = placed.as_slice() else {
+            return Err(ModelError::invalid(
+                "at least one subnet is needed, and the first takes the nodes no other subnet takes",
+            ));
+        };
+        let elsewhere: usize = rest.iter().filter_map(|(_, n)| *n).sum();
+        let Some(in_first) = t.nodes.checked_sub(elsewhere) else {
+            return Err(ModelError::invalid(format!(
+                "{elsewhere} nodes are asked for in later subnets, but there are only {}",
+                t.nodes
+            )));
+        };
+        let counts = std::iter::once((first, in_first))
+            .chain(rest.iter().map(|(id, n)| (id, n.unwrap_or(0))));
+        for (subnet, n) in counts {
+            for _ in 0..n {
+                m.launch_instance(&t.instance_type, subnet, now_ms)?;
+            }
         }
         Ok(m)
+    }
+
+    /// Associates another IPv4 CIDR with the VPC; it must be well formed and overlap none of
+    /// the VPC's CIDRs.
+    pub fn add_vpc_cidr(&mut self, cidr: Ipv4Network) -> Result<(), ModelError> {
+        if !well_formed_cidr(cidr) {
+            return Err(ModelError::invalid(format!(
+                "The CIDR '{cidr}' is invalid: a VPC CIDR is a network address with a /16 to /28 mask."
+            )));
+        }
+        if let Some(other) = self.vpc.cidrs().into_iter().find(|c| c.overlaps(cidr)) {
+            return Err(ModelError::invalid(format!(
+                "The CIDR '{cidr}' overlaps {other}, already a CIDR of {}.",
+                self.vpc.id
+            )));
+        }
+        self.vpc.secondary_cidrs.push(cidr);
+        Ok(())
     }
 
     /// Adds (or replaces) an instance type.
@@ -174,14 +263,24 @@ impl Model {
         self.extra_types.iter().map(String::as_str)
     }
 
-    /// Adds a subnet in the VPC's AZ. It must lie inside the VPC, be /16../28 and overlap no other.
-    pub fn add_subnet(&mut self, cidr: Ipv4Network) -> Result<String, ModelError> {
-        let inside =
-            self.vpc.cidr.contains(cidr.network()) && self.vpc.cidr.contains(cidr.broadcast());
-        if !(16..=28).contains(&cidr.prefix()) || cidr.ip() != cidr.network() || !inside {
+    /// Adds a subnet in `az` (the VPC's default AZ when `None`) with `tags`. It must lie inside
+    /// one of the VPC's CIDRs, be /16../28 and overlap no other subnet; the AZ must be one of
+    /// the region's (`<region>` and one letter).
+    pub fn add_subnet(
+        &mut self,
+        cidr: Ipv4Network,
+        az: Option<&str>,
+        tags: Tags,
+    ) -> Result<String, ModelError> {
+        let cidrs = self.vpc.cidrs();
+        let inside = cidrs
+            .iter()
+            .any(|v| v.contains(cidr.network()) && v.contains(cidr.broadcast()));
+        if !well_formed_cidr(cidr) || !inside {
+            let all: Vec<String> = cidrs.iter().map(|c| c.to_string()).collect();
             return Err(ModelError::invalid(format!(
-                "The CIDR '{cidr}' is invalid: a subnet is a network address inside {} with a /16 to /28 mask.",
-                self.vpc.cidr
+                "The CIDR '{cidr}' is invalid: a subnet is a network address inside a CIDR of the VPC ({}) with a /16 to /28 mask.",
+                all.join(", ")
             )));
         }
         if let Some(other) = self.subnets.values().find(|s| s.cidr.overlaps(cidr)) {
@@ -190,12 +289,19 @@ impl Model {
                 other.id, other.cidr
             )));
         }
+        let az = az.unwrap_or(&self.vpc.az);
+        if !in_region(az, &self.vpc.region) {
+            return Err(ModelError::invalid(format!(
+                "Value ({az}) for parameter availabilityZone is invalid. Subnets can currently only be created in the availability zones of {} ({}a, {}b, ...).",
+                self.vpc.region, self.vpc.region, self.vpc.region
+            )));
+        }
         let id = self.ids.id("subnet");
         let subnet = Subnet {
             id: id.clone(),
             cidr,
-            az: self.vpc.az.clone(),
-            tags: Tags::new(),
+            az: az.to_string(),
+            tags,
             index: self.subnets.len(),
             space: AddressSpace::new(cidr),
         };
@@ -203,7 +309,8 @@ impl Model {
         Ok(id)
     }
 
-    /// Launches an instance with a primary ENI (device 0, DeleteOnTermination) in `subnet_id`.
+    /// Launches an instance with a primary ENI (device 0, DeleteOnTermination) in `subnet_id`,
+    /// in that subnet's AZ.
     pub fn launch_instance(
         &mut self,
         instance_type: &str,
@@ -211,6 +318,7 @@ impl Model {
         now_ms: u64,
     ) -> Result<String, ModelError> {
         self.limits(instance_type)?;
+        let az = self.subnet(subnet_id)?.az.clone();
         let eni_id = self
             .create_eni(
                 CreateEni {
@@ -237,9 +345,16 @@ impl Model {
         }
         let instance = Instance {
             id: id.clone(),
+            // Not the count: a terminated instance would leave its number to another.
+            index: self
+                .instances
+                .values()
+                .map(|i| i.index + 1)
+                .max()
+                .unwrap_or(0),
             instance_type: instance_type.to_string(),
             subnet_id: subnet_id.to_string(),
-            az: self.vpc.az.clone(),
+            az,
             primary_eni: eni_id,
             image_id: "ami-0123456789abcdef0".to_string(),
             launched_ms: now_ms,
@@ -271,7 +386,7 @@ impl Model {
     /// Instances in launch order.
     pub fn instances(&self) -> Vec<&Instance> {
         let mut v: Vec<&Instance> = self.instances.values().collect();
-        v.sort_by(|a, b| (a.launched_ms, &a.id).cmp(&(b.launched_ms, &b.id)));
+        v.sort_by_key(|i| i.index);
         v
     }
 
@@ -347,8 +462,15 @@ impl Model {
                 .collect(),
             instances: self.instances(),
             enis: self.enis.values().collect(),
+            security_groups: self.security_groups().collect(),
         }
     }
+}
+
+/// Whether `az` names an availability zone of `region`: the region and one letter.
+fn in_region(az: &str, region: &str) -> bool {
+    az.strip_prefix(region)
+        .is_some_and(|letter| letter.len() == 1 && letter.bytes().all(|b| b.is_ascii_lowercase()))
 }
 
 /// Serializable view of the whole model.
@@ -362,6 +484,8 @@ pub struct Snapshot<'a> {
     pub instances: Vec<&'a Instance>,
     /// ENIs.
     pub enis: Vec<&'a Eni>,
+    /// Security groups, the default one included.
+    pub security_groups: Vec<&'a SecurityGroup>,
 }
 
 /// A subnet plus derived figures.

@@ -13,8 +13,13 @@ const T0: u64 = 1_700_000_000_000;
 fn topology(subnets: &[&str], nodes: usize, ty: &str) -> Topology {
     Topology {
         vpc_cidr: "10.0.0.0/16".parse().unwrap(),
+        secondary_cidrs: vec![],
         region: "us-west-2".into(),
-        subnets: subnets.iter().map(|s| s.parse().unwrap()).collect(),
+        subnets: subnets
+            .iter()
+            .map(|s| SubnetSpec::new(s.parse().unwrap()))
+            .collect(),
+        security_groups: vec![],
         nodes,
         instance_type: ty.into(),
         extra_types: vec![(
@@ -648,4 +653,279 @@ fn a_client_token_makes_create_idempotent_and_refuses_other_parameters() {
     let a = m.create_eni(untokened.clone(), T0).unwrap().id;
     let b = m.create_eni(untokened, T0).unwrap().id;
     assert_ne!(a, b);
+}
+
+/// A VPC with a secondary CIDR: the nodes' subnet (AZ a), a tagged pod subnet in AZ a, and a
+/// pod subnet in AZ b with one node of its own.
+fn multi_az(nodes: usize) -> Model {
+    let spec = |cidr: &str, az: Option<&str>, tags: &[(&str, &str)], nodes| SubnetSpec {
+        cidr: cidr.parse().unwrap(),
+        az: az.map(str::to_string),
+        tags: tags
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        nodes,
+    };
+    let t = Topology {
+        secondary_cidrs: vec!["100.64.0.0/16".parse().unwrap()],
+        subnets: vec![
+            spec("10.0.0.0/24", None, &[], None),
+            spec(
+                "100.64.1.0/24",
+                Some("us-west-2a"),
+                &[("kubernetes.io/role/cni", "1")],
+                None,
+            ),
+            spec("100.64.2.0/24", Some("us-west-2b"), &[], Some(1)),
+        ],
+        security_groups: vec!["pods".into()],
+        ..topology(&[], nodes, "t3.medium")
+    };
+    Model::build(&t, Rng::seeded(42), T0).unwrap()
+}
+
+#[test]
+fn subnets_in_a_secondary_cidr_and_other_azs_with_their_nodes() {
+    let m = multi_az(3);
+    assert_eq!(
+        m.vpc().cidrs(),
+        ["10.0.0.0/16", "100.64.0.0/16"].map(|c| c.parse().unwrap())
+    );
+    let s = m.subnets();
+    let azs: Vec<&str> = s.iter().map(|s| s.az.as_str()).collect();
+    assert_eq!(azs, ["us-west-2a", "us-west-2a", "us-west-2b"]);
+    assert_eq!(
+        s[1].tags.get("kubernetes.io/role/cni").map(String::as_str),
+        Some("1")
+    );
+    // The first subnet takes the nodes no other asks for, and launches first.
+    let placed: Vec<(&str, &str)> = m
+        .instances()
+        .iter()
+        .map(|i| (i.subnet_id.as_str(), i.az.as_str()))
+        .collect();
+    assert_eq!(
+        placed,
+        [
+            (s[0].id.as_str(), "us-west-2a"),
+            (s[0].id.as_str(), "us-west-2a"),
+            (s[2].id.as_str(), "us-west-2b")
+        ]
+    );
+    let in_b = m.instances()[2];
+    let eni = m.eni(&in_b.primary_eni).unwrap();
+    assert!(s[2].cidr.contains(eni.primary_ip), "{}", eni.primary_ip);
+    assert_eq!(eni.az, "us-west-2b");
+    let view = m.imds_view(&in_b.id, T0, 0).unwrap();
+    assert_eq!(view.az, "us-west-2b");
+    let i = &view.interfaces[0];
+    assert_eq!(i.vpc_cidrs, m.vpc().cidrs());
+    assert_eq!(i.subnet_cidr.to_string(), "100.64.2.0/24");
+}
+
+#[test]
+fn available_counts_follow_allocations_in_a_secondary_cidr() {
+    let mut m = multi_az(2);
+    let pods = m.subnets()[1].id.clone();
+    let free = |m: &Model| m.subnet(&pods).unwrap().available_ip_address_count();
+    assert_eq!(free(&m), 251);
+    let eni = m
+        .create_eni(
+            CreateEni {
+                subnet_id: pods.clone(),
+                secondary_count: 3,
+                ..Default::default()
+            },
+            T0,
+        )
+        .unwrap();
+    assert!(eni.private_ips().all(|ip| ip.octets()[..3] == [100, 64, 1]));
+    assert_eq!(free(&m), 251 - 4);
+    let inst = m.instances()[0].id.clone();
+    m.attach_eni(&eni.id, &inst, 1, 0, T0).unwrap();
+    let added = m
+        .assign_private_ips(&eni.id, AssignRequest::Count(2), T0)
+        .unwrap()
+        .ips;
+    assert_eq!(free(&m), 251 - 6);
+    m.unassign_private_ips(&eni.id, &added[..1], &[]).unwrap();
+    assert_eq!(free(&m), 251 - 5);
+}
+
+#[test]
+fn an_eni_attaches_only_to_an_instance_of_its_az() {
+    let mut m = multi_az(2);
+    let (in_a, in_b) = (m.instances()[0].id.clone(), m.instances()[1].id.clone());
+    let subnet_b = m.subnets()[2].id.clone();
+    let eni = new_eni(&mut m, &subnet_b);
+    let e = m.attach_eni(&eni, &in_a, 1, 0, T0).unwrap_err();
+    assert_eq!(e.code(), "InvalidParameterCombination", "{e}");
+    m.attach_eni(&eni, &in_b, 1, 0, T0).unwrap();
+}
+
+#[test]
+fn bad_cidrs_azs_and_placements_are_refused() {
+    let build_err = |f: &dyn Fn(&mut Topology)| {
+        let mut t = topology(&["10.0.0.0/24"], 2, "t3.medium");
+        f(&mut t);
+        Model::build(&t, Rng::seeded(1), T0)
+            .unwrap_err()
+            .to_string()
+    };
+    let e = build_err(&|t| {
+        t.subnets
+            .push(SubnetSpec::new("100.64.1.0/24".parse().unwrap()))
+    });
+    assert!(e.contains("inside a CIDR of the VPC (10.0.0.0/16)"), "{e}");
+    let e = build_err(&|t| t.secondary_cidrs = vec!["10.0.128.0/17".parse().unwrap()]);
+    assert!(e.contains("overlaps 10.0.0.0/16"), "{e}");
+    let e = build_err(&|t| {
+        t.secondary_cidrs = vec![
+            "100.64.0.0/16".parse().unwrap(),
+            "100.64.0.0/20".parse().unwrap(),
+        ]
+    });
+    assert!(e.contains("overlaps 100.64.0.0/16"), "{e}");
+    let e = build_err(&|t| t.secondary_cidrs = vec!["100.64.0.0/12".parse().unwrap()]);
+    assert!(e.contains("/16 to /28"), "{e}");
+    let e = build_err(&|t| t.subnets[0].az = Some("us-east-1a".into()));
+    assert!(
+        e.contains("Value (us-east-1a) for parameter availabilityZone"),
+        "{e}"
+    );
+    let e = build_err(&|t| t.subnets[0].az = Some("us-west-2ab".into()));
+    assert!(e.contains("us-west-2ab"), "{e}");
+    let e = build_err(&|t| t.subnets[0].nodes = Some(1));
+    assert!(
+        e.contains("the first takes the nodes no other subnet takes"),
+        "{e}"
+    );
+    let e = build_err(&|t| {
+        let mut s = SubnetSpec::new("10.0.1.0/24".parse().unwrap());
+        s.nodes = Some(3);
+        t.subnets.push(s);
+    });
+    assert!(
+        e.contains("3 nodes are asked for in later subnets, but there are only 2"),
+        "{e}"
+    );
+}
+
+#[test]
+fn security_groups_are_created_checked_and_carried_by_enis() {
+    let mut m = multi_az(1);
+    let vpc = m.vpc().id.clone();
+    let default = m.vpc().default_security_group.clone();
+    let pods = m
+        .security_groups()
+        .find(|g| g.name == "pods")
+        .unwrap()
+        .id
+        .clone();
+    let web = m
+        .create_security_group("web", "web servers", &vpc, Tags::new())
+        .unwrap();
+    assert_eq!(
+        (m.group_name(&web.id), m.group_name(&default)),
+        ("web", "default")
+    );
+    for (name, vpc_id, code) in [
+        ("web", vpc.as_str(), "InvalidGroup.Duplicate"),
+        ("default", vpc.as_str(), "InvalidGroup.Duplicate"),
+        ("sg-1", vpc.as_str(), "InvalidParameterValue"),
+        ("other", "vpc-0123456789abcdef0", "InvalidVpcID.NotFound"),
+    ] {
+        let e = m
+            .create_security_group(name, "d", vpc_id, Tags::new())
+            .unwrap_err();
+        assert_eq!(e.code(), code, "{name}: {e}");
+    }
+    let e = m
+        .create_security_group("web", "d", &vpc, Tags::new())
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!("The security group 'web' already exists for VPC '{vpc}'")
+    );
+
+    let subnet = m.subnets()[1].id.clone();
+    let with = |groups: &[&str]| CreateEni {
+        subnet_id: subnet.clone(),
+        security_groups: groups.iter().map(|g| g.to_string()).collect(),
+        ..Default::default()
+    };
+    let eni = m.create_eni(with(&[&pods, &web.id, &pods]), T0).unwrap();
+    assert_eq!(eni.security_groups, [pods.clone(), web.id.clone()]);
+    let e = m
+        .create_eni(with(&[&pods, "sg-0123456789abcdef0"]), T0)
+        .unwrap_err();
+    assert_eq!(
+        (e.code(), e.to_string().as_str()),
+        (
+            "InvalidGroup.NotFound",
+            "The security group 'sg-0123456789abcdef0' does not exist"
+        )
+    );
+    let e = m.create_eni(with(&["pods"]), T0).unwrap_err();
+    assert_eq!(e.code(), "InvalidGroupId.Malformed");
+    let e = m
+        .modify_eni(
+            &eni.id,
+            EniChange::SecurityGroups(vec!["sg-0000000f".into()]),
+        )
+        .unwrap_err();
+    assert_eq!(e.code(), "InvalidGroup.NotFound");
+    m.modify_eni(&eni.id, EniChange::SecurityGroups(vec![default.clone()]))
+        .unwrap();
+    assert_eq!(m.eni(&eni.id).unwrap().security_groups, [default]);
+}
+
+#[test]
+fn tags_are_created_and_deleted_on_every_taggable_resource() {
+    let mut m = multi_az(1);
+    let subnet = m.subnets()[0].id.clone();
+    let group = m.vpc().default_security_group.clone();
+    let ids = [subnet.clone(), group.clone()];
+    let tags: Tags = [("a", "1"), ("b", "2"), ("c", "")]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into();
+    m.create_tags(&ids, &tags).unwrap();
+    let of = |m: &Model, id: &str| -> Vec<String> {
+        let tags = if id.starts_with("sg-") {
+            &m.security_groups().find(|g| g.id == id).unwrap().tags
+        } else {
+            &m.subnet(id).unwrap().tags
+        };
+        tags.keys().cloned().collect()
+    };
+    assert_eq!(of(&m, &group), ["a", "b", "c"]);
+    let filter = |key: &str, value: Option<&str>| TagFilter {
+        key: key.into(),
+        value: value.map(str::to_string),
+    };
+    // A value that does not match keeps the tag; a key alone or the right value removes it.
+    m.delete_tags(
+        &ids,
+        &[
+            filter("a", Some("9")),
+            filter("b", None),
+            filter("c", Some("")),
+        ],
+    )
+    .unwrap();
+    assert_eq!(of(&m, &subnet), ["a"]);
+    assert_eq!(of(&m, &group), ["a"]);
+    // One unknown id: nothing is touched.
+    let e = m
+        .delete_tags(&[subnet.clone(), "sg-0123456789abcdef0".into()], &[])
+        .unwrap_err();
+    assert_eq!(e.code(), "InvalidGroup.NotFound");
+    assert_eq!(of(&m, &subnet), ["a"]);
+    m.delete_tags(std::slice::from_ref(&subnet), &[]).unwrap();
+    assert!(of(&m, &subnet).is_empty());
+    let e = m
+        .create_tags(&["vpc-0123456789abcdef0".into()], &tags)
+        .unwrap_err();
+    assert_eq!(e.code(), "InvalidVpcID.NotFound");
 }

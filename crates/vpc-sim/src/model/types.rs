@@ -16,16 +16,42 @@ pub type Tags = BTreeMap<String, String>;
 pub struct Vpc {
     /// `vpc-...`.
     pub id: String,
-    /// Its IPv4 CIDR.
+    /// Its primary IPv4 CIDR.
     pub cidr: Ipv4Network,
+    /// CIDRs associated after the primary one, in order (e.g. `100.64.0.0/16` for pods).
+    pub secondary_cidrs: Vec<Ipv4Network>,
     /// Region name, e.g. `us-west-2`.
     pub region: String,
-    /// The one availability zone, e.g. `us-west-2a`.
+    /// The default availability zone, e.g. `us-west-2a`: that of a subnet given none.
     pub az: String,
     /// Account that owns everything.
     pub owner_id: String,
-    /// The VPC's default security group (`sg-...`), the only one there is.
+    /// The VPC's default security group (`sg-...`), which an ENI created without groups gets.
     pub default_security_group: String,
+    /// Tags.
+    pub tags: Tags,
+}
+
+impl Vpc {
+    /// Every IPv4 CIDR of the VPC, the primary first.
+    pub fn cidrs(&self) -> Vec<Ipv4Network> {
+        std::iter::once(self.cidr)
+            .chain(self.secondary_cidrs.iter().copied())
+            .collect()
+    }
+}
+
+/// A security group of the VPC. Only its identity is modelled: the fabric filters no traffic.
+#[derive(Debug, Clone, Serialize)]
+pub struct SecurityGroup {
+    /// `sg-...`.
+    pub id: String,
+    /// Unique in the VPC; `default` for the VPC's default group.
+    pub name: String,
+    /// Free text.
+    pub description: String,
+    /// VPC.
+    pub vpc_id: String,
     /// Tags.
     pub tags: Tags,
 }
@@ -64,11 +90,14 @@ impl Subnet {
 pub struct Instance {
     /// `i-...`.
     pub id: String,
+    /// Launch order, so listings are stable and node N means something (instances launched
+    /// together share one launch time).
+    pub index: usize,
     /// e.g. `t3.medium`.
     pub instance_type: String,
     /// Subnet of the primary ENI.
     pub subnet_id: String,
-    /// Availability zone.
+    /// Availability zone: that of its subnet.
     pub az: String,
     /// Its primary ENI (device 0).
     pub primary_eni: String,

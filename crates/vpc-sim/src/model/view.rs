@@ -53,14 +53,14 @@ pub struct InterfaceView {
     pub subnet_cidr: Ipv4Network,
     /// VPC.
     pub vpc_id: String,
-    /// VPC CIDR.
-    pub vpc_cidr: Ipv4Network,
+    /// Every VPC CIDR, the primary first.
+    pub vpc_cidrs: Vec<Ipv4Network>,
     /// Visible private addresses, primary first.
     pub ipv4s: Vec<Ipv4Addr>,
     /// Visible prefixes.
     pub prefixes: Vec<Ipv4Network>,
-    /// Security groups.
-    pub security_groups: Vec<String>,
+    /// Security groups: (id, name).
+    pub security_groups: Vec<(String, String)>,
 }
 
 impl Model {
@@ -94,7 +94,7 @@ impl Model {
                     subnet_id: subnet.id.clone(),
                     subnet_cidr: subnet.cidr,
                     vpc_id: self.vpc.id.clone(),
-                    vpc_cidr: self.vpc.cidr,
+                    vpc_cidrs: self.vpc.cidrs(),
                     ipv4s,
                     prefixes: eni
                         .prefixes
@@ -102,7 +102,11 @@ impl Model {
                         .filter(|s| visible(s.at_ms))
                         .map(|s| s.value)
                         .collect(),
-                    security_groups: eni.security_groups.clone(),
+                    security_groups: eni
+                        .security_groups
+                        .iter()
+                        .map(|g| (g.clone(), self.group_name(g).to_string()))
+                        .collect(),
                 })
             })
             .collect();

@@ -9,12 +9,14 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, Response};
+use cloud::aws::sdk;
 use cloud::limits::InstanceLimits;
 use quick_xml::events::Event;
+use sdk::config::retry::RetryConfig;
 use tower::ServiceExt;
 use vpc_sim::Sim;
 use vpc_sim::clock::ManualClock;
-use vpc_sim::model::{Model, Topology};
+use vpc_sim::model::{Model, SubnetSpec, Topology};
 use vpc_sim::rand::Rng;
 use vpc_sim::{ec2, imds};
 
@@ -145,8 +147,13 @@ pub fn sim_big() -> (String, InstanceLimits) {
 pub fn topology(instance_type: &str, subnets: &[&str], nodes: usize) -> Topology {
     Topology {
         vpc_cidr: "10.0.0.0/16".parse().unwrap(),
+        secondary_cidrs: vec![],
         region: "us-west-2".into(),
-        subnets: subnets.iter().map(|s| s.parse().unwrap()).collect(),
+        subnets: subnets
+            .iter()
+            .map(|s| SubnetSpec::new(s.parse().unwrap()))
+            .collect(),
+        security_groups: vec![],
         nodes,
         instance_type: instance_type.into(),
         extra_types: vec![sim_big()],
@@ -267,9 +274,56 @@ impl Reply {
     }
 }
 
+/// The SDK client the way ipamd builds it, against `endpoint`, with `retry`.
+pub fn sdk_client(endpoint: &str, retry: RetryConfig) -> sdk::Client {
+    let conf = sdk::Config::builder()
+        .behavior_version(sdk::config::BehaviorVersion::latest())
+        .region(sdk::config::Region::new("us-west-2"))
+        .credentials_provider(sdk::config::Credentials::new(
+            "AKIDVPCSIMTESTS",
+            "secret",
+            None,
+            None,
+            "static",
+        ))
+        .endpoint_url(endpoint)
+        .retry_config(retry)
+        .timeout_config(
+            sdk::config::timeout::TimeoutConfig::builder()
+                .operation_attempt_timeout(Duration::from_secs(30))
+                .build(),
+        )
+        .build();
+    sdk::Client::from_conf(conf)
+}
+
 /// `http://127.0.0.1:PORT` -> `127.0.0.1:PORT`.
 pub fn host_port(endpoint: &str) -> String {
     testkit::http::split_url(endpoint).0.to_string()
+}
+
+/// GET `path` from an IMDS endpoint with a fresh IMDSv2 token.
+pub fn imds_get(endpoint: &str, path: &str) -> String {
+    let addr = host_port(endpoint);
+    let (status, token) = testkit::http::exchange(
+        std::net::TcpStream::connect(&addr).unwrap(),
+        "PUT",
+        &addr,
+        "/latest/api/token",
+        &[("X-aws-ec2-metadata-token-ttl-seconds", "60")],
+        "",
+    );
+    assert_eq!(status, 200);
+    let (status, body) = testkit::http::exchange(
+        std::net::TcpStream::connect(&addr).unwrap(),
+        "GET",
+        &addr,
+        &format!("/latest/{path}"),
+        &[("X-aws-ec2-metadata-token", &token)],
+        "",
+    );
+    assert_eq!(status, 200, "{path}: {body}");
+    body
 }
 
 /// How long the binary gets to come up or go.

@@ -4,7 +4,7 @@ use std::net::Ipv4Addr;
 
 use crate::ec2::xml::Xml;
 use crate::ec2::{Ctx, Ec2Error, ok_return};
-use crate::model::{CreateEni, EniChange, Tags};
+use crate::model::{CreateEni, EniChange};
 
 use super::render::{EniShape, network_interface};
 
@@ -28,16 +28,7 @@ pub fn create(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
             "The parameter {name} is not supported by vpc-sim."
         )));
     }
-    let mut tags = Tags::new();
-    for spec in p.tag_specs()? {
-        if spec.resource_type != "network-interface" {
-            return Err(Ec2Error::invalid(format!(
-                "'{}' is not a valid taggable resource type for this operation.",
-                spec.resource_type
-            )));
-        }
-        tags.extend(spec.tags);
-    }
+    let tags = p.tags_for("network-interface")?;
     let req = CreateEni {
         subnet_id: p.required("SubnetId")?.to_string(),
         description: p.get("Description").unwrap_or_default().to_string(),

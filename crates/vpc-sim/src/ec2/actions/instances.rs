@@ -79,7 +79,7 @@ fn reservation(x: &mut Xml, m: &Model, i: &Instance) {
         format!("r-{}", i.id.trim_start_matches("i-")),
     )
     .leaf("ownerId", &m.vpc().owner_id);
-    group_set(x, &[]);
+    group_set(x, m, &[]);
     x.set("instancesSet", [i], |x, i| {
         x.leaf("instanceId", &i.id).leaf("imageId", &i.image_id);
         x.node("instanceState", |x| {
@@ -107,6 +107,7 @@ fn reservation(x: &mut Xml, m: &Model, i: &Instance) {
             .leaf("sourceDestCheck", true);
         group_set(
             x,
+            m,
             primary
                 .map(|e| e.security_groups.as_slice())
                 .unwrap_or_default(),

@@ -7,5 +7,6 @@ pub mod enis;
 pub mod instance_types;
 pub mod instances;
 pub mod render;
+pub mod security_groups;
 pub mod subnets;
 pub mod tags;

@@ -13,10 +13,10 @@ pub enum EniShape {
     InInstance,
 }
 
-/// `<groupSet>` of the given security group ids.
-pub fn group_set(x: &mut Xml, groups: &[String]) {
+/// `<groupSet>` of the given security group ids, with their names.
+pub fn group_set(x: &mut Xml, m: &Model, groups: &[String]) {
     x.set("groupSet", groups, |x, g| {
-        x.leaf("groupId", g).leaf("groupName", "default");
+        x.leaf("groupId", g).leaf("groupName", m.group_name(g));
     });
 }
 
@@ -40,7 +40,7 @@ pub fn network_interface(x: &mut Xml, m: &Model, eni: &Eni, shape: EniShape) {
         .leaf("privateIpAddress", eni.primary_ip)
         .leaf("privateDnsName", private_dns_name(region, eni.primary_ip))
         .leaf("sourceDestCheck", true);
-    group_set(x, &eni.security_groups);
+    group_set(x, m, &eni.security_groups);
     if let Some(a) = &eni.attachment {
         x.node("attachment", |x| {
             x.leaf("attachmentId", &a.id);
