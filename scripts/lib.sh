@@ -46,14 +46,16 @@ need_binaries() {
   done
 }
 
-# Waits up to $1 seconds (in 0.1 s steps) for the command in the remaining arguments to succeed.
+# Waits up to $1 seconds for the command in the remaining arguments to succeed, trying it
+# every 0.1 s. The bound is on the clock, not on the tries: a command such as kubectl may
+# itself take a good part of a second.
 wait_for() {
-  local tries=$(( $1 * 10 )); shift
-  while [ $tries -gt 0 ]; do
+  local deadline=$(( ${EPOCHREALTIME//[!0-9]/} + $1 * 1000000 )); shift
+  while :; do
     "$@" >/dev/null 2>&1 && return 0
-    sleep 0.1; tries=$((tries - 1))
+    [ "${EPOCHREALTIME//[!0-9]/}" -lt "$deadline" ] || return 1
+    sleep 0.1
   done
-  return 1
 }
 
 # The real runtimes the runtime tests drive: podman (CNI backend) with crun, conmon and a static
