@@ -3,8 +3,11 @@
 #
 #   vpc-box.sh up --name NAME [--nodes N] [--instance-type TYPE] [--ipamd-env KEY=VALUE]...
 #                 [--subnet CIDR]... [--imds-lag-ms MS] [--extra-instance-type NAME:ENIS:IPV4]...
-#                 [--outside-ip IP] [--attach-latency-ms MS]
+#                 [--outside-ip IP] [--attach-latency-ms MS] [--kube]
 #       Starts everything, returns once every ipamd is ready, prints one JSON object on stdout.
+#       --kube adds Kubernetes (scripts/kube-box.sh): a control plane in NAME-cp and containerd +
+#       kubelet on every node calling vpc-cni; returns once every node is Ready. The first
+#       time it builds the kube cache (scripts/kube-build.sh, minutes).
 #   vpc-box.sh down --name NAME
 #       Stops and removes everything `up` made (the processes it recorded, whatever the
 #       environment now); names what it could not stop or remove and then exits 1.
@@ -12,16 +15,20 @@
 #   vpc-box.sh start-ipamd --name NAME --node I
 #       Stop (SIGTERM, or SIGKILL with --kill) or start one node's ipamd with the environment
 #       `up` gave it; start-ipamd waits until it is ready and prints its pid.
+#   vpc-box.sh kubectl --name NAME -- ARGS...
+#       kubectl ARGS as the administrator of a box made with --kube.
 #
 # Nothing is created in the machine's own network namespace: the VPC, the nodes and their
 # addresses live in NAME-vpc and NAME-node<i>. Root is required.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=scripts/kube-box.sh
+source "$(dirname "${BASH_SOURCE[0]}")/kube-box.sh"
 
 RUN_ROOT=${VPC_BOX_RUN_DIR:-/run/vpc-box}
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 check_name() {
   [[ "$1" =~ ^[A-Za-z0-9_-]{1,24}$ ]] || die "--name must be 1-24 characters of [A-Za-z0-9_-], got '$1'"
@@ -75,6 +82,11 @@ stop_process() { # pid start signal
 stop_recorded() { # dir signal pattern
   local file=$1/processes pid start role program failed=0 kept=()
   [ -f "$file" ] || return 0
+  # All of them first, so they wind down together: each wait below is then mostly over.
+  while read -r pid start role program; do
+    # shellcheck disable=SC2053 # a glob on purpose
+    if [[ $role == $3 ]] && ! gone "$pid" "$start"; then kill "-$2" "$pid" 2>/dev/null || true; fi
+  done <"$file"
   while read -r pid start role program; do
     # shellcheck disable=SC2053 # a glob on purpose
     if [[ $role == $3 ]]; then
@@ -121,7 +133,9 @@ stop_ipamd() { # dir node signal
 down() {
   local dir=$1 ns failed=0
   [ -d "$dir" ] || return 0
-  # ipamd first, while EC2 still answers; then vpc-sim, which removes the namespaces it made...
+  # Kubernetes first: its pods hold addresses and its kubelets would restart them...
+  kube_down "$dir" || failed=1
+  # ...then ipamd, while EC2 still answers; then vpc-sim, which removes the namespaces it made...
   stop_recorded "$dir" TERM 'ipamd-*' || failed=1
   stop_recorded "$dir" TERM '*' || failed=1
   # ...and anything left by a crash is removed here, but only the namespaces it recorded.
@@ -143,11 +157,12 @@ down() {
 
 up() {
   local name=$1 nodes=$2 itype=$3; shift 3
-  local dir=$RUN_ROOT/$name sim_args=() envs=() i
+  local dir=$RUN_ROOT/$name sim_args=() envs=() i kube=0 k8s
   while [ $# -gt 0 ]; do
     case $1 in
       --ipamd-env) envs+=("$2"); shift 2;;
       --sim) sim_args+=("$2" "$3"); shift 3;;
+      --kube) kube=1; shift;;
     esac
   done
   [ -e "$dir" ] && die "box $name exists already ($dir); run: $0 down --name $name"
@@ -163,8 +178,14 @@ up() {
     tail -n 20 "$dir/vpc-sim.log" >&2
     die "vpc-sim did not come up within 30 s"
   fi
+  [ $kube -eq 0 ] || kube_cp_up "$dir" "$name"
   for i in $(seq "$nodes"); do
     mkdir -p "$dir/node$i"
+    if [ $kube -eq 1 ]; then
+      k8s=$(kube_node_name "$(node_field "$dir" "$i" netns)" "$(node_field "$dir" "$i" imds_endpoint)") \
+        || die "could not read node $i's local-hostname from its IMDS"
+      echo "$k8s" >"$dir/node$i/k8s_node"
+    fi
     {
       echo "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
       echo "AWS_EC2_ENDPOINT=$(node_field "$dir" "$i" ec2_endpoint)"
@@ -174,15 +195,27 @@ up() {
       echo "AWS_VPC_K8S_CNI_LOG_FILE=$dir/node$i/ipamd.log"
       # The node's "aws-node checkpoint": never the machine's own.
       echo "AWS_VPC_K8S_CNI_BACKING_STORE=$dir/node$i/aws-node-ipam.json"
+      if [ $kube -eq 1 ]; then
+        echo "MY_NODE_NAME=$k8s"
+        echo "KUBECONFIG=$(kube_kubeconfig "$dir")"
+      fi
       [ ${#envs[@]} -eq 0 ] || printf '%s\n' "${envs[@]}"
     } >"$dir/node$i/ipamd.env"
     say "starting ipamd on node $i"
     start_ipamd "$dir" "$i" >/dev/null
   done
+  local kube_info=null k8s_nodes=null
+  if [ $kube -eq 1 ]; then
+    kube_cp_ready "$dir" "$name"
+    for i in $(seq "$nodes"); do kube_node_up "$dir" "$name" "$i"; done
+    kube_nodes_ready "$dir" "$name" "$nodes"
+    kube_info=$(kube_json "$dir" "$name")
+    k8s_nodes=$(for i in $(seq "$nodes"); do cat "$dir/node$i/k8s_node"; done | jq -R . | jq -s .)
+  fi
   trap - EXIT
   local pids
   pids=$(for i in $(seq "$nodes"); do recorded_pid "$dir" "ipamd-node$i"; done | jq -s .)
-  jq --arg dir "$dir" --argjson pids "$pids" '{
+  jq --arg dir "$dir" --argjson pids "$pids" --argjson kube "$kube_info" --argjson k8s "$k8s_nodes" '{
       name, ec2_endpoint, vpc_netns, outside, run_dir: $dir,
       subnets: [.subnets[] | {id, cidr}],
       nodes: [.nodes[] | {
@@ -193,13 +226,18 @@ up() {
         go_checkpoint: "\($dir)/node\(.index)/aws-node-ipam.json",
         ipamd_env: "\($dir)/node\(.index)/ipamd.env",
         ipamd_pid: $pids[.index - 1]
-      }]
-    }' "$dir/sim/sim.json" >"$dir/box.json"
+      } + if $k8s == null then {} else {
+        k8s_node: $k8s[.index - 1],
+        plugin_log: "\($dir)/node\(.index)/plugin.log",
+        kubelet_log: "\($dir)/node\(.index)/kube/kubelet.log",
+        containerd_log: "\($dir)/node\(.index)/kube/containerd.log"
+      } end]
+    } + if $kube == null then {} else {kube: $kube} end' "$dir/sim/sim.json" >"$dir/box.json"
   cat "$dir/box.json"
 }
 
 cmd=${1:-}; [ -n "$cmd" ] || usage; shift
-name="" nodes=1 itype=t3.medium node="" kill_sig=TERM rest=()
+name="" nodes=1 itype=t3.medium node="" kill_sig=TERM rest=() kube=0 kubectl_args=()
 while [ $# -gt 0 ]; do
   case $1 in
     --name) name=$2; shift 2;;
@@ -211,6 +249,8 @@ while [ $# -gt 0 ]; do
     --subnet|--imds-lag-ms|--extra-instance-type|--outside-ip|--attach-latency-ms) rest+=(--sim "$1" "$2"); shift 2;;
     --node) node=$2; shift 2;;
     --kill) kill_sig=KILL; shift;;
+    --kube) kube=1; rest+=(--kube); shift;;
+    --) shift; kubectl_args=("$@"); break;;
     -h|--help) usage;;
     *) die "unknown argument '$1' (see $0 --help)";;
   esac
@@ -222,9 +262,20 @@ need_root "vpc-box.sh"
 dir=$RUN_ROOT/$name
 
 case $cmd in
-  up) ensure_box_packages; need_binaries; up "$name" "$nodes" "$itype" "${rest[@]}";;
+  up)
+    ensure_box_packages
+    need_binaries
+    if [ $kube -eq 1 ]; then
+      ensure_packages openssl:openssl nsenter:util-linux
+      [ -x /usr/lib/cni/portmap ] || install_packages containernetworking-plugins
+      "$REPO/scripts/kube-build.sh" >/dev/null || die "the kube cache $KUBE_CACHE could not be built"
+    fi
+    up "$name" "$nodes" "$itype" "${rest[@]}";;
   down) down "$dir";;
   stop-ipamd) [ -n "$node" ] || die "--node is required"; stop_ipamd "$dir" "$node" "$kill_sig";;
   start-ipamd) [ -n "$node" ] || die "--node is required"; need_binaries; start_ipamd "$dir" "$node";;
-  *) die "unknown command '$cmd' (up, down, stop-ipamd, start-ipamd)";;
+  kubectl)
+    [ -f "$(kube_kubeconfig "$dir")" ] || die "box $name has no Kubernetes (it was not made with up --kube)"
+    kube_kubectl "$dir" "$name" "${kubectl_args[@]}";;
+  *) die "unknown command '$cmd' (up, down, stop-ipamd, start-ipamd, kubectl)";;
 esac
