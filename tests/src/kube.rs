@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::{Node, VpcBox, run_bounded};
+use crate::{Node, VpcBox, repo, run_bounded};
 
 /// The bound on one kubectl call, `exec` included.
 pub const KUBECTL_SECS: u32 = 60;
@@ -93,7 +93,21 @@ fn parse_request(message: &str) -> Option<PluginCall> {
 
 impl VpcBox {
     /// `vpc-box.sh up --kube --name <unique> <args>`: returns once every node is Ready.
+    /// Fails naming what is missing when the kube cache has not been built (scripts/test.sh
+    /// builds it; a test never does).
     pub fn up_kube(args: &[&str]) -> VpcBox {
+        let script = repo().join("scripts/kube-build.sh");
+        let check = run_bounded(
+            30,
+            script.to_str().expect("a UTF-8 path"),
+            &["--check"],
+            None,
+        );
+        assert!(
+            check.status.success(),
+            "{}",
+            String::from_utf8_lossy(&check.stderr)
+        );
         let mut all = vec!["--kube"];
         all.extend_from_slice(args);
         let vbox = VpcBox::up_bounded(UP_KUBE_SECS, &[], &all);
