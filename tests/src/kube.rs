@@ -230,13 +230,10 @@ impl Node {
 }
 
 fn checked(args: &[&str], out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let argv: Vec<&str> = std::iter::once("kubectl")
+        .chain(args.iter().copied())
+        .collect();
+    testkit::cmd::succeeded(&argv, out)
 }
 
 /// `name phase node` of each pod, for messages.
