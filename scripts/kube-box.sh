@@ -259,7 +259,7 @@ kube_node_up() { # dir name i
   say "starting containerd and kubelet on node $i ($k8s)"
   for p in "${KUBE_NODE_PATHS[@]}"; do mkdir -p "$k/paths$p"; done
   mkdir -p "$k/sysctl" "$k/volume-plugins" "$k/containerd"
-  ln -s "$BIN_DIR/vpc-cni" "$k/paths/opt/cni/bin/vpc-cni"
+  ln -s "$(realpath "$BIN_DIR/vpc-cni")" "$k/paths/opt/cni/bin/vpc-cni"
   ln -s /usr/lib/cni/portmap "$k/paths/opt/cni/bin/portmap"
   ln -s /usr/lib/cni/loopback "$k/paths/opt/cni/bin/loopback"
   jq --arg sock "$dir/node$i/ipamd.sock" --arg log "$dir/node$i/plugin.log" \

@@ -7,7 +7,8 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/vpc-cni/target}
 BIN_DIR=${VPC_CNI_BIN_DIR:-$CARGO_TARGET_DIR/debug}
 # What kube-in-a-box runs (Kubernetes, etcd, containerd, runc, two images), built once by
 # scripts/kube-build.sh and kept outside the clone for the same reason.
-KUBE_CACHE=${VPC_CNI_KUBE_CACHE:-$HOME/.cache/vpc-cni/kube}
+# Absolute: containerd's config and the node's CNI bin dir name files in it.
+KUBE_CACHE=$(realpath -m "${VPC_CNI_KUBE_CACHE:-$HOME/.cache/vpc-cni/kube}")
 
 die() { echo "error: $*" >&2; exit 1; }
 say() { echo "==> $*" >&2; }
