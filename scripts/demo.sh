@@ -6,9 +6,10 @@
 # pod traffic to the outside SNATed to the node's address; every address released on DEL.
 #
 #   demo.sh          the plugin run by hand, as a runtime would
-#   demo.sh --kube   the same through a real Kubernetes (kube-in-a-box): kubectl creates a
-#                    Deployment, kubelet -> containerd -> vpc-cni wire its pods; the first run
-#                    builds the kube cache (scripts/kube-build.sh, minutes)
+#   demo.sh --kube   through a real Kubernetes (kube-in-a-box): kubectl creates a Deployment
+#                    of six, kubelet -> containerd -> vpc-cni wire its pods, which ping each
+#                    other and both nodes, and scaling it to 0 releases every address (no
+#                    SNAT part); the first run builds the kube cache (kube-build.sh, minutes)
 #
 # Everything it creates is removed on exit, also after a failure. Needs root.
 set -euo pipefail
