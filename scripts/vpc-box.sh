@@ -116,10 +116,12 @@ start_ipamd() {
     >>"$node/ipamd.stderr" 2>&1 </dev/null &
   pid=$!
   record "$dir" "$pid" "ipamd-node$i" "$BIN_DIR/ipamd"
-  if ! wait_for 30 ip netns exec "$netns" "$BIN_DIR/ipamd" health --socket "$node/ipamd.sock"; then
+  # A restart that lost its stored state cools every free address down for 30 s: with no
+  # room to grow, ipamd is ready only after that.
+  if ! wait_for 60 ip netns exec "$netns" "$BIN_DIR/ipamd" health --socket "$node/ipamd.sock"; then
     echo "--- $node/ipamd.log (tail)" >&2; tail -n 30 "$node/ipamd.log" >&2 2>/dev/null || true
     echo "--- $node/ipamd.stderr (tail)" >&2; tail -n 10 "$node/ipamd.stderr" >&2 || true
-    die "ipamd of node $i did not become ready within 30 s"
+    die "ipamd of node $i did not become ready within 60 s"
   fi
   echo "$pid"
 }

@@ -284,7 +284,8 @@ impl VpcBox {
     fn script(&self, args: &[&str]) -> String {
         let mut all = args.to_vec();
         all.extend_from_slice(&["--name", self.name()]);
-        let out = vpc_box(60, &[], &all);
+        // Above start-ipamd's own 60 s wait for readiness, so that one reports.
+        let out = vpc_box(90, &[], &all);
         assert!(
             out.status.success(),
             "vpc-box {args:?}: {}",
