@@ -99,7 +99,8 @@ fn a_deployment_gets_vpc_addresses_reaches_everything_and_gives_them_back() {
     );
     let nodes = [vbox.node(1), vbox.node(2)];
 
-    // Nodes are named as on EKS, and the API server reaches them at their VPC addresses.
+    // Nodes are named as on EKS, with their VPC address as InternalIP: where the API server
+    // reaches their kubelets for exec.
     let wide = vbox.kubectl_ok(&["get", "nodes", "-o", "wide", "--no-headers"]);
     for node in nodes {
         let name = node.k8s_node.as_deref().expect("a Kubernetes node name");
