@@ -4,11 +4,24 @@
 # container runtime would call it, spread over primary and secondary ENIs; every pod reaching
 # every other pod and both nodes across a VPC that enforces EC2's source/destination check;
 # pod traffic to the outside SNATed to the node's address; every address released on DEL.
+#
+#   demo.sh          the plugin run by hand, as a runtime would
+#   demo.sh --kube   through a real Kubernetes (kube-in-a-box): kubectl creates a Deployment
+#                    of six, kubelet -> containerd -> vpc-cni wire its pods, which ping each
+#                    other and both nodes, and scaling it to 0 releases every address (no
+#                    SNAT part); the first run builds the kube cache (kube-build.sh, minutes)
+#
 # Everything it creates is removed on exit, also after a failure. Needs root.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+KUBE=0
+case ${1:-} in
+  "") ;;
+  --kube) KUBE=1;;
+  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2;;
+esac
 need_root "demo.sh"
 ensure_box_packages
 if command -v cargo >/dev/null 2>&1; then
@@ -32,6 +45,92 @@ trap cleanup EXIT
 
 node_field() { jq -r --argjson n "$1" ".nodes[\$n - 1].$2" <<<"$box"; }
 
+# kubectl as the box's administrator.
+k() { "$BOX" kubectl --name "$NAME" -- "$@"; }
+
+demo_kube() {
+  local n pod ip targets=() pods=() lost=0 line t
+  echo "== kube-in-a-box: vpc-sim, ipamd on $NODES nodes, a control plane, containerd + kubelet on each node"
+  box=$("$BOX" up --name "$NAME" --nodes $NODES --instance-type d3.xlarge --kube)
+  RUN=$(jq -r '.run_dir' <<<"$box")
+  jq -r '"   API server     \(.kube.server) (Kubernetes \(.kube.version)), in namespace \(.kube.netns)",
+         (.nodes[] | "   node           \(.k8s_node)  \(.instance_id) (\(.instance_type)), \(.primary_ip)")' <<<"$box"
+  echo
+  echo "== kubectl get nodes -o wide"
+  k get nodes -o wide | sed 's/^/   /'
+
+  echo
+  echo "== kubectl create deployment web --replicas=$((NODES * PODS_PER_NODE)): kubelet -> containerd -> vpc-cni -> ipamd"
+  # sh as PID 1 ignores SIGTERM unless it traps it: without the trap each pod takes its whole
+  # grace period to go.
+  k create deployment web --image=localhost/busybox:box --replicas=$((NODES * PODS_PER_NODE)) \
+    -- sh -c 'trap "exit 0" TERM; while sleep 1; do :; done' | sed 's/^/   /'
+  k rollout status deployment/web --timeout=180s >/dev/null || die "the deployment did not roll out"
+  k get pods -l app=web -o wide | sed 's/^/   /'
+
+  echo
+  echo "== What ipamd assigned, on each node (curl localhost:61679/v1/pods)"
+  for n in $(seq $NODES); do
+    ip netns exec "$(node_field "$n" netns)" curl -sS --max-time 5 http://127.0.0.1:61679/v1/pods \
+      | jq -r --arg node "$(node_field "$n" k8s_node)" \
+          '.[] | "   \($node)  \(.Namespace)/\(.Name)  \(.IP)  \(.ENI) (device \(.DeviceNumber))"'
+  done
+
+  echo
+  echo "== Traffic: kubectl exec ping from every pod to every pod and both nodes (. = reply, X = lost)"
+  while read -r pod ip; do pods+=("$pod $ip"); targets+=("$ip"); done \
+    < <(k get pods -l app=web -o jsonpath='{range .items[*]}{.metadata.name} {.status.podIP}{"\n"}{end}')
+  for n in $(seq $NODES); do targets+=("$(node_field "$n" primary_ip)"); done
+  printf '   %-12s' "from \\ to"; printf ' %-11s' "${targets[@]}"; echo
+  for line in "${pods[@]}"; do
+    read -r pod ip <<<"$line"
+    printf '   %-12s' "$ip"
+    # One exec per pod: it pings every target and prints one mark each ($0 is the pod's own
+    # address).
+    # shellcheck disable=SC2016 # expanded by the pod's shell
+    for t in $(k exec "$pod" -- sh -c 'for t in "$@"; do
+        if [ "$t" = "$0" ]; then echo -; elif ping -c 1 -W 2 "$t" >/dev/null 2>&1; then echo .; else echo X; fi
+      done' "$ip" "${targets[@]}"); do
+      printf ' %-11s' "$t"
+      [ "$t" != X ] || lost=$((lost + 1))
+    done
+    echo
+  done
+  [ $lost -eq 0 ] || die "$lost pings lost"
+
+  echo
+  echo "== kubectl scale deployment web --replicas=0: every address released"
+  k scale deployment web --replicas=0 >/dev/null
+  wait_for 180 no_pods || die "pods left: $(k get pods -l app=web --no-headers)"
+  for n in $(seq $NODES); do
+    wait_for 60 ipamd_holds_none "$n" || die "ipamd on node $n still holds pods"
+    echo "   ipamd node $n   $(health "$n")"
+  done
+  for n in $(seq $NODES); do
+    jq -rs --arg node "$(node_field "$n" k8s_node)" '
+      [.[] | .message // "" | select(startswith("Received CNI "))] as $r
+      | "   \($node): \([$r[] | select(startswith("Received CNI add"))] | length) ADD(s), \(
+          [$r[] | select(startswith("Received CNI del") and (contains("Netns()") | not))] | length) DEL(s) with the pod netns, \(
+          [$r[] | select(startswith("Received CNI del") and contains("Netns()"))] | length) with an empty CNI_NETNS, \(
+          [.[] | select(.level == "ERROR")] | length) failed"' "$(node_field "$n" plugin_log)"
+  done
+  [ "$(cat "$RUN"/node*/plugin.log | jq -s '[.[] | select(.level == "ERROR")] | length')" -eq 0 ] \
+    || die "vpc-cni logged errors"
+
+  echo
+  echo "== Clean up"
+  trap - EXIT
+  "$BOX" down --name "$NAME" 2>/dev/null
+  left=$(ip netns list | grep -c "^$NAME-" || true)
+  [ "$left" -eq 0 ] || die "$left namespace(s) of $NAME left behind"
+  echo "   every namespace, process and cgroup of $NAME removed"
+}
+
+no_pods() { [ -z "$(k get pods -l app=web --no-headers 2>/dev/null)" ]; }
+ipamd_holds_none() {
+  [ "$(ip netns exec "$(node_field "$1" netns)" curl -sS --max-time 5 http://127.0.0.1:61679/v1/pods | jq length)" -eq 0 ]
+}
+
 # Runs the plugin inside node $1's namespace for pod $2, as that node's runtime would.
 cni() { # verb node pod [prevResult]
   local verb=$1 n=$2 i=$3 prev=${4:-null} conf pod=$NAME-n${2}p$3
@@ -46,6 +145,11 @@ cni() { # verb node pod [prevResult]
 }
 
 health() { ip netns exec "$(node_field "$1" netns)" "$BIN_DIR/ipamd" health --socket "$(node_field "$1" ipamd_socket)"; }
+
+if [ $KUBE -eq 1 ]; then
+  demo_kube
+  exit 0
+fi
 
 echo "== VPC-in-a-box: vpc-sim (EC2 + IMDS + a routed VPC) and ipamd on $NODES nodes"
 box=$("$BOX" up --name "$NAME" --nodes $NODES --instance-type d3.xlarge)

@@ -5,6 +5,10 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # CI clones afresh each run: keep build outputs outside the clone so a returning machine reuses them.
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/vpc-cni/target}
 BIN_DIR=${VPC_CNI_BIN_DIR:-$CARGO_TARGET_DIR/debug}
+# What kube-in-a-box runs (Kubernetes, etcd, containerd, runc, two images), built once by
+# scripts/kube-build.sh and kept outside the clone for the same reason.
+# Absolute: containerd's config and the node's CNI bin dir name files in it.
+KUBE_CACHE=$(realpath -m "${VPC_CNI_KUBE_CACHE:-$HOME/.cache/vpc-cni/kube}")
 
 die() { echo "error: $*" >&2; exit 1; }
 say() { echo "==> $*" >&2; }
@@ -43,14 +47,16 @@ need_binaries() {
   done
 }
 
-# Waits up to $1 seconds (in 0.1 s steps) for the command in the remaining arguments to succeed.
+# Waits up to $1 seconds for the command in the remaining arguments to succeed, trying it
+# every 0.1 s. The bound is on the clock, not on the tries: a command such as kubectl may
+# itself take a good part of a second.
 wait_for() {
-  local tries=$(( $1 * 10 )); shift
-  while [ $tries -gt 0 ]; do
+  local deadline=$(( ${EPOCHREALTIME//[!0-9]/} + $1 * 1000000 )); shift
+  while :; do
     "$@" >/dev/null 2>&1 && return 0
-    sleep 0.1; tries=$((tries - 1))
+    [ "${EPOCHREALTIME//[!0-9]/}" -lt "$deadline" ] || return 1
+    sleep 0.1
   done
-  return 1
 }
 
 # The real runtimes the runtime tests drive: podman (CNI backend) with crun, conmon and a static
@@ -69,13 +75,10 @@ ensure_runtimes() {
       --no-install-recommends "${missing[@]}"; } >&2 || die "could not install ${missing[*]}"
 }
 
-# cnitool, libcni's own command-line runtime. It is in no binary package: build it from Debian's
-# libcni source package (it builds offline against the packaged library) into the cache.
-CNITOOL=${VPC_CNI_CNITOOL:-$HOME/.cache/vpc-cni/bin/cnitool}
-ensure_cnitool() {
-  [ -x "$CNITOOL" ] && return 0
-  [ "$(id -u)" -eq 0 ] || die "cnitool is missing at $CNITOOL (run as root to build it)"
-  local codename src build
+# Makes `apt-get source` work: adds a deb-src entry for this release's main component unless
+# one is active already.
+ensure_deb_src() {
+  local codename src
   codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
   [ -n "$codename" ] || die "cannot tell the Debian release from /etc/os-release"
   src=/etc/apt/sources.list.d/vpc-cni-deb-src.sources
@@ -85,6 +88,16 @@ ensure_cnitool() {
     printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
       "$codename" >"$src"
   fi
+}
+
+# cnitool, libcni's own command-line runtime. It is in no binary package: build it from Debian's
+# libcni source package (it builds offline against the packaged library) into the cache.
+CNITOOL=${VPC_CNI_CNITOOL:-$HOME/.cache/vpc-cni/bin/cnitool}
+ensure_cnitool() {
+  [ -x "$CNITOOL" ] && return 0
+  [ "$(id -u)" -eq 0 ] || die "cnitool is missing at $CNITOOL (run as root to build it)"
+  local build
+  ensure_deb_src
   install_packages golang-go golang-github-appc-cni-dev
   build=$(mktemp -d)
   chmod 755 "$build"  # apt-get source downloads as the _apt user where it can

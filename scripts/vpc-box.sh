@@ -4,8 +4,11 @@
 #   vpc-box.sh up --name NAME [--nodes N] [--instance-type TYPE] [--ipamd-env KEY=VALUE]...
 #                 [--subnet CIDR[,az=AZ][,tag=KEY=VALUE]...[,nodes=N]]... [--vpc-secondary-cidr CIDR]...
 #                 [--security-group NAME]... [--imds-lag-ms MS] [--extra-instance-type NAME:ENIS:IPV4]...
-#                 [--outside-ip IP] [--attach-latency-ms MS]
+#                 [--outside-ip IP] [--attach-latency-ms MS] [--kube]
 #       Starts everything, returns once every ipamd is ready, prints one JSON object on stdout.
+#       --kube adds Kubernetes (scripts/kube-box.sh): a control plane in NAME-cp and containerd +
+#       kubelet on every node calling vpc-cni; returns once every node is Ready. The first
+#       time it builds the kube cache (scripts/kube-build.sh, minutes).
 #   vpc-box.sh down --name NAME
 #       Stops and removes everything `up` made (the processes it recorded, whatever the
 #       environment now); names what it could not stop or remove and then exits 1.
@@ -13,16 +16,20 @@
 #   vpc-box.sh start-ipamd --name NAME --node I
 #       Stop (SIGTERM, or SIGKILL with --kill) or start one node's ipamd with the environment
 #       `up` gave it; start-ipamd waits until it is ready and prints its pid.
+#   vpc-box.sh kubectl --name NAME -- ARGS...
+#       kubectl ARGS as the administrator of a box made with --kube.
 #
 # Nothing is created in the machine's own network namespace: the VPC, the nodes and their
 # addresses live in NAME-vpc and NAME-node<i>. Root is required.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=scripts/kube-box.sh
+source "$(dirname "${BASH_SOURCE[0]}")/kube-box.sh"
 
 RUN_ROOT=${VPC_BOX_RUN_DIR:-/run/vpc-box}
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 check_name() {
   [[ "$1" =~ ^[A-Za-z0-9_-]{1,24}$ ]] || die "--name must be 1-24 characters of [A-Za-z0-9_-], got '$1'"
@@ -76,6 +83,11 @@ stop_process() { # pid start signal
 stop_recorded() { # dir signal pattern
   local file=$1/processes pid start role program failed=0 kept=()
   [ -f "$file" ] || return 0
+  # All of them first, so they wind down together: each wait below is then mostly over.
+  while read -r pid start role program; do
+    # shellcheck disable=SC2053 # a glob on purpose
+    if [[ $role == $3 ]] && ! gone "$pid" "$start"; then kill "-$2" "$pid" 2>/dev/null || true; fi
+  done <"$file"
   while read -r pid start role program; do
     # shellcheck disable=SC2053 # a glob on purpose
     if [[ $role == $3 ]]; then
@@ -105,10 +117,12 @@ start_ipamd() {
     >>"$node/ipamd.stderr" 2>&1 </dev/null &
   pid=$!
   record "$dir" "$pid" "ipamd-node$i" "$BIN_DIR/ipamd"
-  if ! wait_for 30 ip netns exec "$netns" "$BIN_DIR/ipamd" health --socket "$node/ipamd.sock"; then
+  # A restart that lost its stored state cools every free address down for 30 s: with no
+  # room to grow, ipamd is ready only after that.
+  if ! wait_for 60 ip netns exec "$netns" "$BIN_DIR/ipamd" health --socket "$node/ipamd.sock"; then
     echo "--- $node/ipamd.log (tail)" >&2; tail -n 30 "$node/ipamd.log" >&2 2>/dev/null || true
     echo "--- $node/ipamd.stderr (tail)" >&2; tail -n 10 "$node/ipamd.stderr" >&2 || true
-    die "ipamd of node $i did not become ready within 30 s"
+    die "ipamd of node $i did not become ready within 60 s"
   fi
   echo "$pid"
 }
@@ -122,7 +136,9 @@ stop_ipamd() { # dir node signal
 down() {
   local dir=$1 ns failed=0
   [ -d "$dir" ] || return 0
-  # ipamd first, while EC2 still answers; then vpc-sim, which removes the namespaces it made...
+  # Kubernetes first: its pods hold addresses and its kubelets would restart them...
+  kube_down "$dir" || failed=1
+  # ...then ipamd, while EC2 still answers; then vpc-sim, which removes the namespaces it made...
   stop_recorded "$dir" TERM 'ipamd-*' || failed=1
   stop_recorded "$dir" TERM '*' || failed=1
   # ...and anything left by a crash is removed here, but only the namespaces it recorded.
@@ -144,11 +160,12 @@ down() {
 
 up() {
   local name=$1 nodes=$2 itype=$3; shift 3
-  local dir=$RUN_ROOT/$name sim_args=() envs=() i
+  local dir=$RUN_ROOT/$name sim_args=() envs=() i kube=0 k8s
   while [ $# -gt 0 ]; do
     case $1 in
       --ipamd-env) envs+=("$2"); shift 2;;
       --sim) sim_args+=("$2" "$3"); shift 3;;
+      --kube) kube=1; shift;;
     esac
   done
   [ -e "$dir" ] && die "box $name exists already ($dir); run: $0 down --name $name"
@@ -164,8 +181,14 @@ up() {
     tail -n 20 "$dir/vpc-sim.log" >&2
     die "vpc-sim did not come up within 30 s"
   fi
+  [ $kube -eq 0 ] || kube_cp_up "$dir" "$name"
   for i in $(seq "$nodes"); do
     mkdir -p "$dir/node$i"
+    if [ $kube -eq 1 ]; then
+      k8s=$(kube_node_name "$(node_field "$dir" "$i" netns)" "$(node_field "$dir" "$i" imds_endpoint)") \
+        || die "could not read node $i's local-hostname from its IMDS"
+      echo "$k8s" >"$dir/node$i/k8s_node"
+    fi
     {
       echo "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
       echo "AWS_EC2_ENDPOINT=$(node_field "$dir" "$i" ec2_endpoint)"
@@ -175,15 +198,27 @@ up() {
       echo "AWS_VPC_K8S_CNI_LOG_FILE=$dir/node$i/ipamd.log"
       # The node's "aws-node checkpoint": never the machine's own.
       echo "AWS_VPC_K8S_CNI_BACKING_STORE=$dir/node$i/aws-node-ipam.json"
+      if [ $kube -eq 1 ]; then
+        echo "MY_NODE_NAME=$k8s"
+        echo "KUBECONFIG=$(kube_kubeconfig "$dir")"
+      fi
       [ ${#envs[@]} -eq 0 ] || printf '%s\n' "${envs[@]}"
     } >"$dir/node$i/ipamd.env"
     say "starting ipamd on node $i"
     start_ipamd "$dir" "$i" >/dev/null
   done
+  local kube_info=null k8s_nodes=null
+  if [ $kube -eq 1 ]; then
+    kube_cp_ready "$dir" "$name"
+    for i in $(seq "$nodes"); do kube_node_up "$dir" "$name" "$i"; done
+    kube_nodes_ready "$dir" "$name" "$nodes"
+    kube_info=$(kube_json "$dir" "$name")
+    k8s_nodes=$(for i in $(seq "$nodes"); do cat "$dir/node$i/k8s_node"; done | jq -R . | jq -s .)
+  fi
   trap - EXIT
   local pids
   pids=$(for i in $(seq "$nodes"); do recorded_pid "$dir" "ipamd-node$i"; done | jq -s .)
-  jq --arg dir "$dir" --argjson pids "$pids" '{
+  jq --arg dir "$dir" --argjson pids "$pids" --argjson kube "$kube_info" --argjson k8s "$k8s_nodes" '{
       name, ec2_endpoint, vpc_netns, outside, run_dir: $dir,
       vpc: {id: .vpc.id, cidrs: .vpc.cidrs},
       subnets: [.subnets[] | {id, cidr, az, tags}],
@@ -196,13 +231,18 @@ up() {
         go_checkpoint: "\($dir)/node\(.index)/aws-node-ipam.json",
         ipamd_env: "\($dir)/node\(.index)/ipamd.env",
         ipamd_pid: $pids[.index - 1]
-      }]
-    }' "$dir/sim/sim.json" >"$dir/box.json"
+      } + if $k8s == null then {} else {
+        k8s_node: $k8s[.index - 1],
+        plugin_log: "\($dir)/node\(.index)/plugin.log",
+        kubelet_log: "\($dir)/node\(.index)/kube/kubelet.log",
+        containerd_log: "\($dir)/node\(.index)/kube/containerd.log"
+      } end]
+    } + if $kube == null then {} else {kube: $kube} end' "$dir/sim/sim.json" >"$dir/box.json"
   cat "$dir/box.json"
 }
 
 cmd=${1:-}; [ -n "$cmd" ] || usage; shift
-name="" nodes=1 itype=t3.medium node="" kill_sig=TERM rest=()
+name="" nodes=1 itype=t3.medium node="" kill_sig=TERM rest=() kube=0 kubectl_args=()
 while [ $# -gt 0 ]; do
   case $1 in
     --name) name=$2; shift 2;;
@@ -215,6 +255,8 @@ while [ $# -gt 0 ]; do
       rest+=(--sim "$1" "$2"); shift 2;;
     --node) node=$2; shift 2;;
     --kill) kill_sig=KILL; shift;;
+    --kube) kube=1; rest+=(--kube); shift;;
+    --) shift; kubectl_args=("$@"); break;;
     -h|--help) usage;;
     *) die "unknown argument '$1' (see $0 --help)";;
   esac
@@ -226,9 +268,20 @@ need_root "vpc-box.sh"
 dir=$RUN_ROOT/$name
 
 case $cmd in
-  up) ensure_box_packages; need_binaries; up "$name" "$nodes" "$itype" "${rest[@]}";;
+  up)
+    ensure_box_packages
+    need_binaries
+    if [ $kube -eq 1 ]; then
+      ensure_packages openssl:openssl nsenter:util-linux
+      [ -x /usr/lib/cni/portmap ] || install_packages containernetworking-plugins
+      "$REPO/scripts/kube-build.sh" >/dev/null || die "the kube cache $KUBE_CACHE could not be built"
+    fi
+    up "$name" "$nodes" "$itype" "${rest[@]}";;
   down) down "$dir";;
   stop-ipamd) [ -n "$node" ] || die "--node is required"; stop_ipamd "$dir" "$node" "$kill_sig";;
   start-ipamd) [ -n "$node" ] || die "--node is required"; need_binaries; start_ipamd "$dir" "$node";;
-  *) die "unknown command '$cmd' (up, down, stop-ipamd, start-ipamd)";;
+  kubectl)
+    [ -f "$(kube_kubeconfig "$dir")" ] || die "box $name has no Kubernetes (it was not made with up --kube)"
+    kube_kubectl "$dir" "$name" "${kubectl_args[@]}";;
+  *) die "unknown command '$cmd' (up, down, stop-ipamd, start-ipamd, kubectl)";;
 esac

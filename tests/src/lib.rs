@@ -5,6 +5,7 @@
 //! Names are unique per process and test (pid + counter), and everything is removed on drop,
 //! also when a test fails.
 
+mod kube;
 mod plugin;
 mod settle;
 
@@ -16,6 +17,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use serde::Deserialize;
 use serde_json::Value;
 
+pub use kube::{KUBECTL_SECS, Kube, PluginCall, PluginLog, UP_KUBE_SECS};
 pub use plugin::{Cni, Outcome, Pod, conf};
 pub use settle::{CONTROLLER_PERIOD, SETTLE_TIMEOUT};
 pub use testkit::cmd::{is_root, run_bounded};
@@ -78,6 +80,18 @@ pub struct Node {
     pub go_checkpoint: String,
     /// ipamd's environment, one KEY=VALUE per line.
     pub ipamd_env: String,
+    /// Its Kubernetes node name, the instance's private DNS name (a box made with `--kube`).
+    #[serde(default)]
+    pub k8s_node: Option<String>,
+    /// vpc-cni's log file, as the node's conflist names it (`--kube`).
+    #[serde(default)]
+    pub plugin_log: Option<String>,
+    /// kubelet's output (`--kube`).
+    #[serde(default)]
+    pub kubelet_log: Option<String>,
+    /// containerd's output (`--kube`).
+    #[serde(default)]
+    pub containerd_log: Option<String>,
 }
 
 impl Node {
@@ -106,6 +120,17 @@ pub struct Subnet {
     pub cidr: String,
 }
 
+impl Subnet {
+    /// Whether `ip` is in the subnet.
+    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+        let (net, len) = self.cidr.split_once('/').expect("a CIDR");
+        let net: Ipv4Addr = net.parse().expect("a CIDR's address");
+        let len: u32 = len.parse().expect("a CIDR's prefix length");
+        let mask = u32::MAX.checked_shl(32 - len).unwrap_or(0);
+        u32::from(ip) & mask == u32::from(net) & mask
+    }
+}
+
 /// The address beyond the VPC, for SNAT tests.
 #[derive(Clone, Debug, Deserialize)]
 pub struct Outside {
@@ -123,6 +148,8 @@ struct BoxInfo {
     subnets: Vec<Subnet>,
     nodes: Vec<Node>,
     outside: Option<Outside>,
+    #[serde(default)]
+    kube: Option<Kube>,
 }
 
 /// A running VPC-in-a-box, taken down on drop.
@@ -139,10 +166,15 @@ impl VpcBox {
 
     /// [`VpcBox::up`] with `env` for the script (see [`vpc_box`]).
     pub fn up_with_env(env: &[&str], args: &[&str]) -> VpcBox {
+        VpcBox::up_bounded(120, env, args)
+    }
+
+    /// [`VpcBox::up_with_env`], bounded by `secs`.
+    fn up_bounded(secs: u32, env: &[&str], args: &[&str]) -> VpcBox {
         let name = testkit::unique("e");
         let mut all = vec!["up", "--name", name.as_str()];
         all.extend_from_slice(args);
-        let out = vpc_box(120, env, &all);
+        let out = vpc_box(secs, env, &all);
         assert!(
             out.status.success(),
             "vpc-box up failed:\n{}",
@@ -252,7 +284,8 @@ impl VpcBox {
     fn script(&self, args: &[&str]) -> String {
         let mut all = args.to_vec();
         all.extend_from_slice(&["--name", self.name()]);
-        let out = vpc_box(60, &[], &all);
+        // Above start-ipamd's own 60 s wait for readiness, so that one reports.
+        let out = vpc_box(90, &[], &all);
         assert!(
             out.status.success(),
             "vpc-box {args:?}: {}",
@@ -306,7 +339,9 @@ impl VpcBox {
 
     /// `vpc-box.sh down` with `env` for the script (see [`vpc_box`]).
     pub fn down_with_env(&self, env: &[&str]) -> Output {
-        vpc_box(60, env, &["down", "--name", self.name()])
+        // Kubernetes adds a kubelet, containerd and pods per node, and a control plane.
+        let secs = if self.info.kube.is_some() { 180 } else { 60 };
+        vpc_box(secs, env, &["down", "--name", self.name()])
     }
 }
 

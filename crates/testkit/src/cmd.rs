@@ -36,7 +36,12 @@ pub fn run_bounded(secs: u32, program: &str, args: &[&str], stdin: Option<&[u8]>
 /// returns its standard output.
 pub fn run(argv: &[&str]) -> String {
     let (program, args) = argv.split_first().expect("a program to run");
-    let out = run_bounded(QUICK_SECS, program, args, None);
+    succeeded(argv, run_bounded(QUICK_SECS, program, args, None))
+}
+
+/// The standard output of `out`, the run of `argv`; panics with its stderr unless it
+/// succeeded.
+pub fn succeeded(argv: &[&str], out: Output) -> String {
     assert!(
         out.status.success(),
         "{argv:?} failed ({}): {}",
