@@ -24,6 +24,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 BIN=$KUBE_CACHE/bin
 IMAGES=$KUBE_CACHE/images
 BUILT=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
+# Bumped whenever the way they are built changes, so a cache built the old way is rebuilt.
+# 2: Debian's reflect2 1.0.2 replaces the vendored 1.0.1.
+RECIPE=2
 # Binary in the cache, Debian package, path in the package.
 UNPACKED=(
   "kubectl kubernetes-client usr/bin/kubectl"
@@ -36,9 +39,18 @@ UNPACKED=(
 
 usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
+# The recipe the Kubernetes binaries in the cache were built with.
+built_recipe() { cat "$BIN/.recipe" 2>/dev/null || echo 1; }
+
 missing() {
   local b entry
-  for b in "${BUILT[@]}"; do [ -x "$BIN/$b" ] || echo "bin/$b"; done
+  for b in "${BUILT[@]}"; do
+    if [ ! -x "$BIN/$b" ]; then
+      echo "bin/$b"
+    elif [ "$(built_recipe)" != "$RECIPE" ]; then
+      echo "bin/$b (built by recipe $(built_recipe), not $RECIPE)"
+    fi
+  done
   for entry in "${UNPACKED[@]}"; do
     read -r b _ _ <<<"$entry"
     [ -x "$BIN/$b" ] || echo "bin/$b"
@@ -79,10 +91,12 @@ unpack_debs() {
 build_kube() {
   local build=$1 src tree version major minor b cgo ldflags
   local todo=()
-  for b in "${BUILT[@]}"; do [ -x "$BIN/$b" ] || todo+=("$b"); done
+  for b in "${BUILT[@]}"; do
+    [ -x "$BIN/$b" ] && [ "$(built_recipe)" = "$RECIPE" ] || todo+=("$b")
+  done
   [ ${#todo[@]} -gt 0 ] || return 0
   ensure_deb_src
-  install_packages golang-go gcc libc6-dev
+  install_packages golang-go gcc libc6-dev golang-github-modern-go-reflect2-dev
   say "downloading Debian's kubernetes source package"
   (cd "$build" && apt-get source --download-only -qq kubernetes >&2) \
     || die "could not download the kubernetes source package (apt-get source)"
@@ -95,6 +109,13 @@ build_kube() {
   mkdir -p "$build/gopath/src/k8s.io"
   ln -s "$src" "$build/gopath/src/k8s.io/kubernetes"
   tree=$build/gopath/src/k8s.io/kubernetes
+  # The vendored reflect2 1.0.1 iterates maps with a layout Go 1.18 changed: built with
+  # Debian's Go 1.19, kube-apiserver dies (SIGSEGV in mapiterinit) the first time it encodes
+  # a custom resource. Debian's reflect2 1.0.2 has the fix and the same API.
+  local reflect2=/usr/share/gocode/src/github.com/modern-go/reflect2
+  [ -f "$reflect2/reflect2.go" ] || die "Debian's golang-github-modern-go-reflect2-dev is not installed at $reflect2"
+  rm -rf "$src/vendor/github.com/modern-go/reflect2"
+  cp -r "$reflect2" "$src/vendor/github.com/modern-go/reflect2"
   export GO111MODULE=off GOPATH=$build/gopath GOCACHE=$build/gocache GOFLAGS=
   (cd "$tree" && gen_openapi "$build")
   # The vendor path: in GOPATH mode the package lives under k8s.io/kubernetes/vendor, and the
@@ -109,7 +130,8 @@ build_kube() {
       || die "could not build $b"
     mv "$BIN/.$b.tmp" "$BIN/$b"
   done
-  echo "kubernetes $version (Debian source $(basename "$build"/kubernetes_*.dsc .dsc))" >>"$KUBE_CACHE/versions"
+  echo "$RECIPE" >"$BIN/.recipe"
+  echo "kubernetes $version (Debian source $(basename "$build"/kubernetes_*.dsc .dsc)), recipe $RECIPE" >>"$KUBE_CACHE/versions"
 }
 
 # pkg/generated/openapi for kube-apiserver: openapi-gen over every package tagged

@@ -5,7 +5,8 @@
 #                 [--subnet CIDR[,az=AZ][,tag=KEY=VALUE]...[,nodes=N]]... [--vpc-secondary-cidr CIDR]...
 #                 [--security-group NAME]... [--imds-lag-ms MS] [--extra-instance-type NAME:ENIS:IPV4]...
 #                 [--outside-ip IP] [--attach-latency-ms MS] [--kube]
-#       Starts everything, returns once every ipamd is ready, prints one JSON object on stdout.
+#       Starts everything, returns once every ipamd is ready (serving, under custom networking),
+#       prints one JSON object on stdout.
 #       --kube adds Kubernetes (scripts/kube-box.sh): a control plane in NAME-cp and containerd +
 #       kubelet on every node calling vpc-cni; returns once every node is Ready. The first
 #       time it builds the kube cache (scripts/kube-build.sh, minutes).
@@ -29,7 +30,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/kube-box.sh"
 
 RUN_ROOT=${VPC_BOX_RUN_DIR:-/run/vpc-box}
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 check_name() {
   [[ "$1" =~ ^[A-Za-z0-9_-]{1,24}$ ]] || die "--name must be 1-24 characters of [A-Za-z0-9_-], got '$1'"
@@ -118,8 +119,12 @@ start_ipamd() {
   pid=$!
   record "$dir" "$pid" "ipamd-node$i" "$BIN_DIR/ipamd"
   # A restart that lost its stored state cools every free address down for 30 s: with no
-  # room to grow, ipamd is ready only after that.
-  if ! wait_for 60 ip netns exec "$netns" "$BIN_DIR/ipamd" health --socket "$node/ipamd.sock"; then
+  # room to grow, ipamd is ready only after that. Under custom networking a node is ready only
+  # once the cluster holds its ENIConfig, which a test creates after `up`: then ipamd serving
+  # at all (the liveness check) is what `up` waits for.
+  local health=(health --socket "$node/ipamd.sock")
+  grep -qx 'AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true' "$node/ipamd.env" && health+=(--live)
+  if ! wait_for 60 ip netns exec "$netns" "$BIN_DIR/ipamd" "${health[@]}"; then
     echo "--- $node/ipamd.log (tail)" >&2; tail -n 30 "$node/ipamd.log" >&2 2>/dev/null || true
     echo "--- $node/ipamd.stderr (tail)" >&2; tail -n 10 "$node/ipamd.stderr" >&2 || true
     die "ipamd of node $i did not become ready within 60 s"

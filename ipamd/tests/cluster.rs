@@ -49,6 +49,7 @@ fn seen(name: &str, configs: EniConfigs) -> ClusterView {
             ..Default::default()
         }),
         eni_configs: Some(configs),
+        eni_configs_error: None,
     }
 }
 
@@ -185,6 +186,7 @@ async fn without_an_api_server_custom_networking_waits_and_says_for_what() {
         node_name: Some(NODE.into()),
         node: None,
         eni_configs: None,
+        eni_configs_error: None,
     });
     let d = node.start(&[CUSTOM]).await;
     d.track_waits();
@@ -223,6 +225,7 @@ async fn without_custom_networking_an_unreachable_api_server_changes_nothing() {
         node_name: Some(NODE.into()),
         node: None,
         eni_configs: None,
+        eni_configs_error: None,
     });
     let d = node.start(&[]).await;
     allocate(&d, 1).await;

@@ -131,6 +131,15 @@ impl Subnet {
     }
 }
 
+/// A security group of the box (`--security-group NAME`, and the VPC's default).
+#[derive(Clone, Debug, Deserialize)]
+pub struct SecurityGroup {
+    /// `sg-...`.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+}
+
 /// The address beyond the VPC, for SNAT tests.
 #[derive(Clone, Debug, Deserialize)]
 pub struct Outside {
@@ -146,6 +155,8 @@ struct BoxInfo {
     ec2_endpoint: String,
     run_dir: String,
     subnets: Vec<Subnet>,
+    #[serde(default)]
+    security_groups: Vec<SecurityGroup>,
     nodes: Vec<Node>,
     outside: Option<Outside>,
     #[serde(default)]
@@ -216,6 +227,74 @@ impl VpcBox {
     /// The nodes' subnet.
     pub fn subnet(&self) -> &Subnet {
         &self.info.subnets[0]
+    }
+
+    /// The box's subnet with CIDR `cidr` (`--subnet`).
+    pub fn subnet_with(&self, cidr: &str) -> &Subnet {
+        self.info
+            .subnets
+            .iter()
+            .find(|s| s.cidr == cidr)
+            .unwrap_or_else(|| panic!("the box has no subnet {cidr}"))
+    }
+
+    /// The id of the box's security group named `name` (`--security-group`).
+    pub fn security_group(&self, name: &str) -> &str {
+        self.info
+            .security_groups
+            .iter()
+            .find(|g| g.name == name)
+            .map(|g| g.id.as_str())
+            .unwrap_or_else(|| panic!("the box has no security group {name}"))
+    }
+
+    /// The pid of the process the box recorded with role `role` (`<run dir>/processes`, one
+    /// `PID START ROLE PROGRAM` a line).
+    pub fn recorded_pid(&self, role: &str) -> u32 {
+        let record = std::fs::read_to_string(self.run_dir().join("processes"))
+            .expect("the box's process record");
+        record
+            .lines()
+            .find_map(|l| {
+                let fields: Vec<&str> = l.split_whitespace().collect();
+                (fields.get(2) == Some(&role)).then(|| fields[0].parse().ok())?
+            })
+            .unwrap_or_else(|| panic!("no process {role} in the box's record:\n{record}"))
+    }
+
+    /// Makes the outside count the packets it receives from each of `sources` (an iptables
+    /// rule per source in its namespace), for [`VpcBox::outside_seen_from`].
+    pub fn watch_outside_sources(&self, sources: &[&str]) {
+        let ns = &self.outside().netns;
+        for src in sources {
+            let rule = [
+                "netns", "exec", ns, "iptables", "-w", "-I", "INPUT", "-s", src, "-p", "icmp",
+                "-j", "ACCEPT",
+            ];
+            let out = run_bounded(10, "ip", &rule, None);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    /// Packets from `src` the outside received, as counted since
+    /// [`VpcBox::watch_outside_sources`].
+    pub fn outside_seen_from(&self, src: &str) -> u64 {
+        let ns = &self.outside().netns;
+        let listing = run_bounded(
+            10,
+            "ip",
+            &["netns", "exec", ns, "iptables", "-w", "-nvxL", "INPUT"],
+            None,
+        );
+        String::from_utf8_lossy(&listing.stdout)
+            .lines()
+            .find(|l| l.split_whitespace().nth(7) == Some(src))
+            .and_then(|l| l.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
     }
 
     /// The outside address.

@@ -117,22 +117,6 @@ fn pods_on_primary_and_secondary_enis_of_two_nodes_reach_everything() {
     assert!(failures.is_empty(), "unreachable: {failures:?}");
 }
 
-/// Packets from `src` counted by an iptables rule in the outside namespace.
-fn seen_from(vbox: &VpcBox, src: &str) -> u64 {
-    let ns = &vbox.outside().netns;
-    let listing = run_bounded(
-        10,
-        "ip",
-        &["netns", "exec", ns, "iptables", "-w", "-nvxL", "INPUT"],
-        None,
-    );
-    String::from_utf8_lossy(&listing.stdout)
-        .lines()
-        .find(|l| l.split_whitespace().nth(7) == Some(src))
-        .and_then(|l| l.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 #[test]
 #[ignore = "needs root: run by scripts/test.sh as root"]
 fn pod_traffic_to_the_outside_leaves_snated_to_the_nodes_primary_ip() {
@@ -141,25 +125,9 @@ fn pod_traffic_to_the_outside_leaves_snated_to_the_nodes_primary_ip() {
     let pods = pods_on_both_kinds_of_eni(&vbox, 1);
     let node_ip = vbox.node(1).primary_ip.to_string();
     let outside = vbox.outside().ip.to_string();
-    let ns = vbox.outside().netns.clone();
     let mut watched = vec![node_ip.clone()];
     watched.extend(pods.iter().map(|w| w.ip.clone()));
-    for src in &watched {
-        let out = run_bounded(
-            10,
-            "ip",
-            &[
-                "netns", "exec", &ns, "iptables", "-w", "-I", "INPUT", "-s", src, "-p", "icmp",
-                "-j", "ACCEPT",
-            ],
-            None,
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    vbox.watch_outside_sources(&watched.iter().map(String::as_str).collect::<Vec<_>>());
     for w in &pods {
         assert!(
             ping_from(&w.pod.netns, &outside),
@@ -169,12 +137,12 @@ fn pod_traffic_to_the_outside_leaves_snated_to_the_nodes_primary_ip() {
         );
     }
     assert!(
-        seen_from(&vbox, &node_ip) >= pods.len() as u64,
+        vbox.outside_seen_from(&node_ip) >= pods.len() as u64,
         "the outside did not see the node's address"
     );
     for w in &pods {
         assert_eq!(
-            seen_from(&vbox, &w.ip),
+            vbox.outside_seen_from(&w.ip),
             0,
             "the outside saw pod address {}",
             w.ip

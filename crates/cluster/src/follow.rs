@@ -9,8 +9,11 @@ use tracing::{info, warn};
 
 use crate::{ApiState, Cluster, ClusterError, ClusterView};
 
-fn failing(view: &mut ClusterView, e: &ClusterError) {
+/// The API server failed a request: said once when it starts failing, and kept with the
+/// time it started. Returns whether the view changed.
+fn failing(view: &mut ClusterView, e: &ClusterError) -> bool {
     let since = match &view.api {
+        ApiState::Failing { error, .. } if *error == e.to_string() => return false,
         ApiState::Failing { since, .. } => *since,
         _ => {
             warn!(error = %e, "the Kubernetes API server cannot be asked; going on with what ipamd knows, and retrying");
@@ -21,6 +24,7 @@ fn failing(view: &mut ClusterView, e: &ClusterError) {
         error: e.to_string(),
         since,
     };
+    true
 }
 
 fn connected(view: &mut ClusterView) {
@@ -52,24 +56,39 @@ pub async fn follow<C: Cluster>(
         stream::pending().boxed()
     };
     loop {
+        // Receivers hear of a change only: a watch retrying the same failure is not one.
         tokio::select! {
             item = node.next() => match item {
-                Some(Ok(facts)) => view.send_modify(|v| {
+                Some(Ok(facts)) => _ = view.send_if_modified(|v| {
+                    let before = v.clone();
                     connected(v);
                     if facts.is_none() && v.node.is_some() {
                         warn!(node = %node_name, "the node object is gone");
                     }
                     v.node = facts;
+                    *v != before
                 }),
-                Some(Err(e)) => view.send_modify(|v| failing(v, &e)),
+                Some(Err(e)) => _ = view.send_if_modified(|v| failing(v, &e)),
                 None => return,
             },
             item = configs.next() => match item {
-                Some(Ok(all)) => view.send_modify(|v| {
-                    connected(v);
+                Some(Ok(all)) => _ = view.send_if_modified(|v| {
+                    let before = v.clone();
                     v.eni_configs = Some(all);
+                    v.eni_configs_error = None;
+                    *v != before
                 }),
-                Some(Err(e)) => view.send_modify(|v| failing(v, &e)),
+                // The node's watch says whether the API server answers; this one only whether
+                // the ENIConfigs can be read.
+                Some(Err(e)) => _ = view.send_if_modified(|v| {
+                    let error = Some(e.to_string());
+                    let changed = v.eni_configs_error != error;
+                    if changed {
+                        warn!(error = %e, "the ENIConfigs cannot be listed");
+                    }
+                    v.eni_configs_error = error;
+                    changed
+                }),
                 None => return,
             },
             () = view.closed() => return,
@@ -204,6 +223,40 @@ mod tests {
         rx.wait_for(|v| v.node.is_some()).await.unwrap();
         assert_eq!(rx.borrow().eni_configs, None);
         assert!(!cluster.configs_asked.load(Ordering::SeqCst));
+        drop(rx);
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_eniconfig_list_is_kept_apart_from_the_api_servers_state() {
+        let (cluster, node_tx, cfg_tx) = Scripted::new();
+        let (tx, mut rx) = watch::channel(ClusterView::not_configured("starting"));
+        let task = tokio::spawn(follow(std::sync::Arc::new(cluster), "n1".into(), true, tx));
+        node_tx.send(Ok(Some(node("n1")))).unwrap();
+        rx.wait_for(|v| v.node.is_some()).await.unwrap();
+        let missing = ClusterError {
+            what: "watching ENIConfigs".into(),
+            message: "the ENIConfig CRD is not installed".into(),
+        };
+        cfg_tx.send(Err(missing.clone())).unwrap();
+        rx.wait_for(|v| v.eni_configs_error.is_some())
+            .await
+            .unwrap();
+        assert_eq!(
+            rx.borrow().api,
+            ApiState::Connected,
+            "the API server answers"
+        );
+        // The same failure again changes nothing, so receivers are not woken for it.
+        rx.mark_unchanged();
+        cfg_tx.send(Err(missing)).unwrap();
+        cfg_tx.send(Ok(Default::default())).unwrap();
+        rx.changed().await.unwrap();
+        let v = rx.borrow_and_update().clone();
+        assert_eq!(
+            (v.eni_configs, v.eni_configs_error),
+            (Some(Default::default()), None)
+        );
         drop(rx);
         task.await.unwrap();
     }

@@ -56,11 +56,25 @@ fn node_facts(node: &Node) -> NodeFacts {
     }
 }
 
+/// Whether the API server answered 404: the resource type does not exist (a CRD that is not
+/// installed).
+fn not_found(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 404,
+        watcher::Error::WatchError(status) => status.code == 404,
+        _ => false,
+    }
+}
+
 /// Turns a watcher's events into whole snapshots of the watched objects by name: one after
-/// the initial list and one after every change. Errors pass through (the watcher retries).
+/// the initial list and one after every change. Errors pass through (the watcher retries),
+/// a 404 as `missing` says.
 fn snapshots<K, T>(
     events: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
     what: String,
+    missing: &'static str,
     snapshot: impl Fn(&BTreeMap<String, K>) -> T + Send + 'static,
 ) -> BoxStream<'static, Result<T, ClusterError>>
 where
@@ -94,7 +108,11 @@ where
                 }
                 Err(e) => Some(Err(ClusterError {
                     what: what.clone(),
-                    message: e.to_string(),
+                    message: if not_found(&e) {
+                        missing.to_string()
+                    } else {
+                        e.to_string()
+                    },
                 })),
             };
             std::future::ready(out)
@@ -109,6 +127,7 @@ impl Cluster for KubeCluster {
         snapshots(
             watcher(api, config).default_backoff(),
             format!("watching node {name}"),
+            "the API server has no Node resource",
             |nodes| nodes.values().next().map(node_facts),
         )
     }
@@ -119,6 +138,7 @@ impl Cluster for KubeCluster {
         snapshots(
             watcher(api, watcher::Config::default()).default_backoff(),
             "watching ENIConfigs".into(),
+            "the ENIConfig CRD (eniconfigs.crd.k8s.amazonaws.com) is not installed: apply config/kubernetes/eniconfig-crd.yaml",
             |objects| {
                 objects
                     .iter()

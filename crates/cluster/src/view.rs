@@ -40,6 +40,8 @@ pub struct ClusterView {
     pub node: Option<NodeFacts>,
     /// The ENIConfigs, once listed (only read with custom networking).
     pub eni_configs: Option<EniConfigs>,
+    /// Why the ENIConfigs cannot be listed now, if they cannot (the CRD is not installed, say).
+    pub eni_configs_error: Option<String>,
 }
 
 impl ClusterView {
@@ -50,6 +52,7 @@ impl ClusterView {
             node_name: None,
             node: None,
             eni_configs: None,
+            eni_configs_error: None,
         }
     }
 

@@ -39,6 +39,9 @@ pub enum NoPlacement {
     /// Custom networking reads the node and its ENIConfig from the API server.
     #[error("custom networking is waiting for the Kubernetes API server: {0}")]
     Api(String),
+    /// The ENIConfigs cannot be listed.
+    #[error("custom networking cannot list the ENIConfigs: {0}")]
+    EniConfigs(String),
     /// The node object has not been seen (yet).
     #[error("custom networking is waiting for node {0} to be read from the API server")]
     NodeUnknown(String),
@@ -363,6 +366,7 @@ mod tests {
             node_name: Some("ip-10-0-0-4.ec2.internal".into()),
             node,
             eni_configs: configs,
+            eni_configs_error: None,
         }
     }
 

@@ -181,6 +181,7 @@ mod tests {
                     .map(|n| (n.to_string(), Ok(EniConfigSpec::default())))
                     .collect()
             }),
+            eni_configs_error: None,
         }
     }
 
