@@ -72,15 +72,21 @@ fn pings(vbox: &VpcBox, pod: &str, target: Ipv4Addr) -> bool {
         .success()
 }
 
-/// The ENIs EC2 (vpc-sim) has attached to `instance`, the primary left out: (subnet, groups).
+/// The ENIs EC2 (vpc-sim) has attached to `instance` in device order, the primary left out:
+/// (subnet, groups).
 fn secondary_enis(vbox: &VpcBox, instance: &str) -> Vec<(String, Vec<String>)> {
-    vbox.sim_state()["enis"]
+    let state = vbox.sim_state();
+    let mut enis: Vec<_> = state["enis"]
         .as_array()
         .expect("enis")
         .iter()
         .filter(|e| {
             e["attachment"]["instance_id"] == instance && e["attachment"]["device_index"] != 0
         })
+        .collect();
+    // vpc-sim lists ENIs by id, which is random; attachment order is what the test reasons about.
+    enis.sort_by_key(|e| e["attachment"]["device_index"].as_u64());
+    enis.into_iter()
         .map(|e| {
             let groups = e["security_groups"]
                 .as_array()
