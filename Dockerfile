@@ -11,14 +11,20 @@
 #
 # Our machines cannot run docker (no daemon, no registry), so the test suite never builds this
 # file. scripts/check-config.sh holds it to the workspace instead: it runs the same
-# `cargo build` as the build stage below and checks that every artifact copied from
-# target/release is one that build makes, that every file copied from the build context
+# scripts/build-release.sh as the build stage below and checks that every artifact copied
+# from target/dist is one that build makes, that every file copied from the build context
 # exists, and that ENTRYPOINT runs a copied binary. Keep COPY lines in the plain form
-# (`COPY [--from=stage] src... dest`) so that it can read them.
+# (`COPY [--from=stage] src... dest`) so that it and scripts/image.sh can read them.
 #
-# The plugins run on the host, not in this image: like Debian's core plugins they link
-# glibc dynamically and need glibc 2.34 or later on the node (Amazon Linux 2023, Bottlerocket,
-# Ubuntu 22.04 and later; not Amazon Linux 2).
+# The plugins run on the host, not in this image. vpc-cni is a static executable (see
+# scripts/build-release.sh), so it runs on any node OS the Go CNI supports, Amazon Linux 2
+# included. Debian's portmap and loopback (below) are Go programs linked against glibc
+# dynamically and still need glibc 2.34 or later on the node: the image cannot serve an
+# Amazon Linux 2 node until it ships static builds of those two (the README says so).
+#
+# Without a registry, scripts/image.sh builds the same runtime stage from this file's own
+# lines (the Debian suite, the packages, the COPY lines, WORKDIR, ENTRYPOINT) and refuses
+# any line of that stage it cannot reproduce.
 
 # Dependencies are compiled in their own layer (cargo-chef), keyed only on the manifests and
 # Cargo.lock, so a source change rebuilds the workspace crates alone and not aws-sdk-ec2.
@@ -33,9 +39,9 @@ RUN cargo chef prepare --recipe-path recipe.json
 FROM chef AS build
 COPY --from=planner /src/recipe.json recipe.json
 # The workspace's release profile, packages and lock file, as in scripts/check-config.sh.
-RUN cargo chef cook --release --locked -p ipamd -p cni-plugin --recipe-path recipe.json
+RUN cargo chef cook --release --locked -p ipamd --recipe-path recipe.json
 COPY . .
-RUN cargo build --release --locked -p ipamd -p cni-plugin
+RUN scripts/build-release.sh
 
 # portmap (chained by the conflist) and loopback (the runtime sets up the pod's lo with it),
 # from Debian's containernetworking-plugins: /usr/lib/cni in bookworm and trixie.
@@ -51,8 +57,8 @@ FROM debian:trixie-slim
 RUN apt-get update \
     && apt-get install -y --no-install-recommends iptables nftables \
     && rm -rf /var/lib/apt/lists/*
-COPY --from=build /src/target/release/ipamd /app/ipamd
-COPY --from=build /src/target/release/vpc-cni /app/cni-bin/vpc-cni
+COPY --from=build /src/target/dist/ipamd /app/ipamd
+COPY --from=build /src/target/dist/vpc-cni /app/cni-bin/vpc-cni
 COPY --from=cni-plugins /usr/lib/cni/portmap /app/cni-bin/portmap
 COPY --from=cni-plugins /usr/lib/cni/loopback /app/cni-bin/loopback
 COPY config/10-vpc-cni.conflist /app/10-vpc-cni.conflist

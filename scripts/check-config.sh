@@ -9,8 +9,8 @@
 #      every `.op()` there that is an operation of aws-sdk-ec2 (the SDK's own list, from its
 #      sources at the version Cargo.lock pins), named as the SDK names it (`describe_subnets` ->
 #      ec2:DescribeSubnets);
-#   4. the Dockerfile: its build stage runs the same `cargo build` as this script; every file
-#      it copies out of target/release is one that build made; every file it copies from the
+#   4. the Dockerfile: its build stage runs scripts/build-release.sh, as this script does; every
+#      file it copies out of target/dist is one that build made; every file it copies from the
 #      build context exists and is not excluded by .dockerignore; ENTRYPOINT runs a binary the
 #      final stage copies; every plugin type in the conflist is shipped in /app/cni-bin.
 #      docker cannot run on our machines (no daemon, no registry), which is why this exists.
@@ -19,10 +19,10 @@
 # Environment:
 #   VPC_CNI_VENV              Python venv for kubernetes-validate (default ~/.cache/vpc-cni/venv,
 #                             the one scripts/test.sh uses for moto; created if missing)
-#   VPC_CNI_RELEASE_DIR       where the release artifacts are looked for (default
-#                             $CARGO_TARGET_DIR/release)
+#   VPC_CNI_DIST_DIR          where the release artifacts are looked for (default
+#                             $CARGO_TARGET_DIR/dist, where scripts/build-release.sh puts them)
 #   CHECK_CONFIG_SKIP_BUILD=1 skip the release build; the artifacts must already be in
-#                             VPC_CNI_RELEASE_DIR. A cold release build takes about 15 minutes
+#                             VPC_CNI_DIST_DIR. A cold release build takes about 15 minutes
 #                             on 2 cores (aws-sdk-ec2).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
@@ -32,9 +32,9 @@ cd "$REPO"
 KUBERNETES_VALIDATE_PIN="kubernetes-validate==1.37.0"
 KUBERNETES_VERSIONS=(1.25.0 1.37.0)
 VENV=${VPC_CNI_VENV:-$HOME/.cache/vpc-cni/venv}
-RELEASE_DIR=${VPC_CNI_RELEASE_DIR:-$CARGO_TARGET_DIR/release}
-# The Dockerfile's build stage must run exactly this after `cargo build`.
-BUILD_ARGS="--release --locked -p ipamd -p cni-plugin"
+DIST_DIR=${VPC_CNI_DIST_DIR:-$CARGO_TARGET_DIR/dist}
+# The Dockerfile's build stage must run this, as the suite and scripts/image.sh do.
+BUILD_SCRIPT=scripts/build-release.sh
 CONFLIST=config/10-vpc-cni.conflist
 DAEMONSET=config/kubernetes/daemonset.yaml
 POLICY=config/iam-policy.json
@@ -140,11 +140,10 @@ check_problems
 
 # --- the release build (the Dockerfile's, checked in 4; it also unpacks the SDK read in 3) -----
 if [ "${CHECK_CONFIG_SKIP_BUILD:-0}" = 1 ]; then
-  say "config: CHECK_CONFIG_SKIP_BUILD=1: using the artifacts in $RELEASE_DIR as they are"
+  say "config: CHECK_CONFIG_SKIP_BUILD=1: using the artifacts in $DIST_DIR as they are"
 else
-  say "config: cargo build $BUILD_ARGS (the Dockerfile's build)"
-  # shellcheck disable=SC2086 # BUILD_ARGS is a list of words
-  cargo build $BUILD_ARGS --quiet
+  say "config: $BUILD_SCRIPT (the Dockerfile's build)"
+  "$BUILD_SCRIPT" >/dev/null
 fi
 
 # --- 3. the IAM policy ------------------------------------------------------------------------
@@ -220,23 +219,8 @@ done
 check_problems
 
 # --- 4. the Dockerfile ------------------------------------------------------------------------
-say "config: $DOCKERFILE against $RELEASE_DIR and the repository"
+say "config: $DOCKERFILE against $DIST_DIR and the repository"
 [ -f "$DOCKERFILE" ] || die "$REPO/$DOCKERFILE is missing"
-
-# The Dockerfile's instructions, one a line: continuations joined, comment lines dropped
-# (docker drops them too, even inside a continuation), blanks squeezed.
-dockerfile_instructions() {
-  awk '
-    /^[[:space:]]*#/ { next }
-    {
-      line = line $0
-      if (line ~ /\\[[:space:]]*$/) { sub(/\\[[:space:]]*$/, " ", line); next }
-      gsub(/[[:space:]]+/, " ", line); sub(/^ /, "", line); sub(/ $/, "", line)
-      if (line != "") print line
-      line = ""
-    }
-  ' "$1"
-}
 
 # True if .dockerignore keeps $1 (a path relative to the context) out of the build context.
 # Handles plain paths and shell globs, which covers what .dockerignore files usually hold.
@@ -276,7 +260,7 @@ while IFS= read -r instruction; do
       fi
       ;;
     RUN)
-      [[ " ${args[*]} " == *" cargo build $BUILD_ARGS "* ]] && built=1
+      [[ " ${args[*]} " == *" $BUILD_SCRIPT "* ]] && built=1
       ;;
     ENTRYPOINT)
       entrypoints=$((entrypoints + 1))
@@ -308,11 +292,11 @@ while IFS= read -r instruction; do
               problem "$DOCKERFILE copies $src from the build context, but .dockerignore excludes it"
             fi
           fi
-        elif [ -n "${STAGES[$from]:-}" ] && [[ $src =~ (^|/)target/release/([^/]+)$ ]]; then
+        elif [ -n "${STAGES[$from]:-}" ] && [[ $src =~ (^|/)target/dist/([^/]+)$ ]]; then
           artifact=${BASH_REMATCH[2]}
           ARTIFACTS+=("$artifact")
-          if [ ! -f "$RELEASE_DIR/$artifact" ] || [ ! -x "$RELEASE_DIR/$artifact" ]; then
-            problem "$DOCKERFILE copies $src from stage $from, but the build made no $RELEASE_DIR/$artifact"
+          if [ ! -f "$DIST_DIR/$artifact" ] || [ ! -x "$DIST_DIR/$artifact" ]; then
+            problem "$DOCKERFILE copies $src from stage $from, but the build made no $DIST_DIR/$artifact"
           fi
         fi
       done
@@ -321,15 +305,15 @@ while IFS= read -r instruction; do
 done <<<"$(dockerfile_instructions "$DOCKERFILE")"
 
 [ $stage -ge 0 ] || problem "$DOCKERFILE has no FROM"
-[ $built -eq 1 ] || problem "$DOCKERFILE has no 'RUN ... cargo build $BUILD_ARGS': the suite would check other artifacts than the image ships"
-[ ${#ARTIFACTS[@]} -gt 0 ] || problem "$DOCKERFILE copies nothing out of a stage's target/release"
+[ $built -eq 1 ] || problem "$DOCKERFILE has no 'RUN $BUILD_SCRIPT': the suite would check other artifacts than the image ships"
+[ ${#ARTIFACTS[@]} -gt 0 ] || problem "$DOCKERFILE copies nothing out of a stage's target/dist"
 if [ $entrypoints -eq 0 ]; then
   problem "$DOCKERFILE has no ENTRYPOINT"
 elif [ -z "$entrypoint" ]; then
   : # reported above
 elif [ -z "${FINAL_COPIES[$entrypoint]:-}" ]; then
   problem "$DOCKERFILE: ENTRYPOINT runs $entrypoint, which the final stage does not copy"
-elif [[ ${FINAL_COPIES[$entrypoint]} != *target/release/* ]]; then
+elif [[ ${FINAL_COPIES[$entrypoint]} != *target/dist/* ]]; then
   problem "$DOCKERFILE: ENTRYPOINT runs $entrypoint, which is not a built artifact (${FINAL_COPIES[$entrypoint]})"
 fi
 [ -n "${FINAL_COPIES[$IMAGE_CONFLIST]:-}" ] \

@@ -28,9 +28,17 @@ KUBE_SYSCTLS=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_
 # Paths kubelet and containerd use whatever their flags say (device plugin socket, pod logs,
 # shim sockets, libcni's result cache), and the CNI directories a DaemonSet's hostPath names.
 # Each node gets its own directory at each of them.
+# The last three are the DaemonSet's other hostPaths (ipamd's socket and state, its logs and
+# the plugin's, aws-node's checkpoint; /var/run is /run): with them a node's vpc-cni pod
+# writes only into the box. Its /run/xtables.lock lands in the node's /run, a tmpfs of its
+# own unless the machine has every /run path above (then it is the machine's lock file,
+# which only serialises iptables runs).
 KUBE_NODE_PATHS=(/var/lib/kubelet /var/lib/cni /var/log/pods /var/log/containers /run/containerd
-  /opt/cni/bin /etc/cni/net.d)
+  /opt/cni/bin /etc/cni/net.d /run/vpc-cni /var/log/aws-routed-eni /run/aws-node)
 KUBE_IMAGES=(pause busybox)
+# The DaemonSet's name and namespace (config/kubernetes/daemonset.yaml).
+KUBE_DS=vpc-cni
+KUBE_DS_NS=kube-system
 
 kube_cp_netns() { echo "$1-cp"; }
 kube_kubeconfig() { echo "$1/kube/admin.kubeconfig"; }
@@ -249,9 +257,14 @@ kube_cp_ready() { # dir name
     --leader-elect=false --bind-address 127.0.0.1 --port 0 --profiling=false
 }
 
-# containerd and kubelet on node I, wired to the node's ipamd through the shipped conflist.
-kube_node_up() { # dir name i
-  local dir=$1 name=$2 i=$3 k=$1/node$3/kube netns ip k8s holder root p img
+# Where the node's directory for PATH (one of KUBE_NODE_PATHS) is on the machine.
+kube_node_path() { echo "$1/node$2/kube/paths$3"; } # dir i path
+
+# containerd and kubelet on node I. With an ipamd started by the box, the node's CNI
+# directories get the built plugin and the shipped conflist pointed at that ipamd; with IMAGE
+# (the DaemonSet's), they stay empty for the DaemonSet's pod to fill, and the image is loaded.
+kube_node_up() { # dir name i [image]
+  local dir=$1 name=$2 i=$3 image=${4:-} k=$1/node$3/kube netns ip k8s holder root p img
   netns=$(node_field "$dir" "$i" netns)
   ip=$(node_field "$dir" "$i" primary_ip)
   k8s=$(cat "$dir/node$i/k8s_node")
@@ -259,12 +272,14 @@ kube_node_up() { # dir name i
   say "starting containerd and kubelet on node $i ($k8s)"
   for p in "${KUBE_NODE_PATHS[@]}"; do mkdir -p "$k/paths$p"; done
   mkdir -p "$k/sysctl" "$k/volume-plugins" "$k/containerd"
-  ln -s "$(realpath "$BIN_DIR/vpc-cni")" "$k/paths/opt/cni/bin/vpc-cni"
-  ln -s /usr/lib/cni/portmap "$k/paths/opt/cni/bin/portmap"
-  ln -s /usr/lib/cni/loopback "$k/paths/opt/cni/bin/loopback"
-  jq --arg sock "$dir/node$i/ipamd.sock" --arg log "$dir/node$i/plugin.log" \
-    '.plugins[0].ipamdSocket = $sock | .plugins[0].pluginLogFile = $log' \
-    "$REPO/config/10-vpc-cni.conflist" >"$k/paths/etc/cni/net.d/10-vpc-cni.conflist"
+  if [ -z "$image" ]; then
+    ln -s "$(realpath "$BIN_DIR/vpc-cni")" "$k/paths/opt/cni/bin/vpc-cni"
+    ln -s /usr/lib/cni/portmap "$k/paths/opt/cni/bin/portmap"
+    ln -s /usr/lib/cni/loopback "$k/paths/opt/cni/bin/loopback"
+    jq --arg sock "$dir/node$i/ipamd.sock" --arg log "$dir/node$i/plugin.log" \
+      '.plugins[0].ipamdSocket = $sock | .plugins[0].pluginLogFile = $log' \
+      "$REPO/config/10-vpc-cni.conflist" >"$k/paths/etc/cni/net.d/10-vpc-cni.conflist"
+  fi
   kube_cgroup "$dir" "$root"
   # restrict_oom_score_adj: without CAP_SYS_RESOURCE (as here) runc cannot lower a score and
   # the sandbox fails to start. The opt plugin is off: it would create /opt/containerd.
@@ -318,6 +333,7 @@ authorization:
   mode: AlwaysAllow
 EOF
   holder=$(kube_holder "$dir" "$netns" "kube-node$i")
+  echo "$holder" >"$k/holder"
   nsenter -t "$holder" -m -- bash -c "set -euo pipefail; $(declare -p KUBE_NODE_PATHS)
     $(declare -f kube_shadow kube_node_mounts); kube_node_mounts $(printf '%q ' "$k" "${KUBE_SYSCTLS[@]}")" \
     || die "could not set up node $i's mount namespace"
@@ -328,13 +344,68 @@ EOF
     die "containerd on node $i did not start within 30 s"
   fi
   for img in "${KUBE_IMAGES[@]}"; do
-    nsenter -t "$holder" -n -m -- "$KUBE_CACHE/bin/ctr" --address "$k/containerd.sock" -n k8s.io \
-      images import "$KUBE_CACHE/images/$img.tar" >/dev/null || die "could not load $img.tar on node $i"
+    kube_import "$dir" "$i" "$KUBE_CACHE/images/$img.tar" || die "could not load $img.tar on node $i"
   done
+  if [ -n "$image" ]; then
+    kube_import "$dir" "$i" "$image" || die "could not load $image on node $i"
+  fi
   kube_start "$dir" "$holder" "kubelet-node$i" "$k/kubelet.log" "$KUBE_CACHE/bin/kubelet" \
     --config "$k/kubelet.yaml" --kubeconfig "$(kube_kubeconfig "$dir")" \
     --container-runtime remote --container-runtime-endpoint "unix://$k/containerd.sock" \
     --node-ip "$ip" --hostname-override "$k8s"
+}
+
+# Loads the OCI image archive FILE into node I's containerd, where the kubelet finds it.
+kube_import() { # dir i file
+  local k=$1/node$2/kube
+  nsenter -t "$(cat "$k/holder")" -n -m -- "$KUBE_CACHE/bin/ctr" --address "$k/containerd.sock" \
+    -n k8s.io images import "$3" >/dev/null
+}
+
+# Applies config/kubernetes/ with the image localhost/vpc-cni:TAG, through a kustomize
+# overlay (kubectl's own -k) for what differs in the box: the image's name, the EC2 and IMDS
+# endpoints, the environment given with --ipamd-env ($dir/ipamd-env), and the API server,
+# reached with the box's kubeconfig from the host: the box's API server mounts no service
+# account tokens and no kube-proxy routes the kubernetes Service.
+kube_deploy() { # dir name tag
+  local dir=$1 name=$2 tag=$3 d=$1/kube/deploy extra='[]' patch
+  [ -f "$dir/ipamd-env" ] && extra=$(jq -R 'capture("^(?<name>[^=]+)=(?<value>.*)$")' "$dir/ipamd-env" | jq -s .)
+  rm -rf "$d"; mkdir -p "$d"
+  cp "$REPO"/config/kubernetes/*.yaml "$d/"
+  patch=$(jq -n --arg ec2 "$(node_field "$dir" 1 ec2_endpoint)" --arg imds "$(node_field "$dir" 1 imds_endpoint)" \
+    --arg kubeconfig "$(kube_kubeconfig "$dir")" --argjson extra "$extra" '
+    {apiVersion: "apps/v1", kind: "DaemonSet", metadata: {name: "'"$KUBE_DS"'", namespace: "'"$KUBE_DS_NS"'"},
+     spec: {template: {spec: {
+       initContainers: [{name: "vpc-cni-init", env: [{name: "AWS_EC2_METADATA_SERVICE_ENDPOINT", value: $imds}]}],
+       containers: [{name: "ipamd",
+         env: ([{name: "AWS_EC2_ENDPOINT", value: $ec2}, {name: "AWS_EC2_METADATA_SERVICE_ENDPOINT", value: $imds},
+                {name: "KUBECONFIG", value: "/etc/vpc-box/kubeconfig"}] + $extra),
+         volumeMounts: [{name: "box-kubeconfig", mountPath: "/etc/vpc-box/kubeconfig", readOnly: true}]}],
+       volumes: [{name: "box-kubeconfig", hostPath: {path: $kubeconfig, type: "File"}}]}}}}')
+  echo "$patch" >"$d/box-patch.yaml"
+  {
+    echo "resources:"
+    for f in "$REPO"/config/kubernetes/*.yaml; do echo "- ${f##*/}"; done
+    echo "images:"
+    echo "- name: vpc-cni"
+    echo "  newName: localhost/vpc-cni"
+    echo "  newTag: \"$tag\""
+    echo "patchesStrategicMerge:"
+    echo "- box-patch.yaml"
+  } >"$d/kustomization.yaml"
+  kube_kubectl "$dir" "$name" apply -k "$d" >/dev/null || die "kubectl apply -k $d failed"
+}
+
+# Waits for the DaemonSet's rollout: every node runs a Ready pod of its current template.
+kube_daemonset_ready() { # dir name
+  local dir=$1 name=$2 i
+  if ! kube_kubectl "$dir" "$name" -n "$KUBE_DS_NS" rollout status "daemonset/$KUBE_DS" --timeout=180s >/dev/null; then
+    kube_kubectl "$dir" "$name" -n "$KUBE_DS_NS" get pods -o wide >&2 || true
+    for i in $(seq "$(jq '.nodes | length' "$dir/sim/sim.json")"); do
+      tail -n 20 "$(kube_node_path "$dir" "$i" /var/log/aws-routed-eni)/ipamd.log" >&2 2>/dev/null || true
+    done
+    die "the $KUBE_DS DaemonSet did not roll out within 180 s"
+  fi
 }
 
 kube_registered() { # dir name k8s-node...
@@ -379,7 +450,7 @@ kube_cgroup_pids() { # dir
 kube_shim_pids() { # dir
   local p cmdline
   for p in /proc/[0-9]*; do
-    cmdline=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+    cmdline=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
     # shellcheck disable=SC2254 # the node number is a glob on purpose
     case $cmdline in
       *containerd-shim*" -address $1/node"*"/kube/containerd.sock "*) echo "${p#/proc/}";;

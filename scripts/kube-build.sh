@@ -153,14 +153,12 @@ gen_openapi() {
     -r "$build/openapi-violations.report" >&2 || die "openapi-gen failed"
 }
 
-# One OCI image layout tarball: a single layer holding busybox-static as /bin/busybox with a
-# link per applet; the name goes in the annotation `ctr images import` reads.
-build_image() { # name ref config-json out
-  local work=$1 ref=$2 config=$3 out=$4 busybox arch applet layer cfg manifest
+# A single-layer image of busybox-static: /bin/busybox with a link per applet.
+build_image() { # work ref config-json out
+  local work=$1 ref=$2 config=$3 out=$4 busybox applet
   busybox=$(dpkg -L busybox-static 2>/dev/null | grep -m1 '/bin/busybox$') \
     || die "busybox-static is not installed"
-  arch=$(dpkg --print-architecture)
-  rm -rf "$work"; mkdir -p "$work/rootfs/bin" "$work/rootfs/etc" "$work/rootfs/tmp" "$work/layout/blobs/sha256"
+  rm -rf "$work"; mkdir -p "$work/rootfs/bin" "$work/rootfs/etc" "$work/rootfs/tmp"
   install -m 755 "$busybox" "$work/rootfs/bin/busybox"
   for applet in $("$busybox" --list); do
     [ "$applet" = busybox ] || ln -s busybox "$work/rootfs/bin/$applet"
@@ -169,35 +167,8 @@ build_image() { # name ref config-json out
   echo 'root:x:0:' >"$work/rootfs/etc/group"
   chmod 1777 "$work/rootfs/tmp"
   # Reproducible: the same busybox gives the same digests, and both images share the layer.
-  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$work/rootfs" -cf "$work/layer.tar" .
-  layer=$(blob "$work" "$work/layer.tar")
-  jq -cn --arg arch "$arch" --arg diff "sha256:${layer%% *}" --argjson config "$config" \
-    '{architecture: $arch, os: "linux", config: $config, rootfs: {type: "layers", diff_ids: [$diff]}}' \
-    >"$work/config.json"
-  cfg=$(blob "$work" "$work/config.json")
-  jq -cn --arg cfg "${cfg%% *}" --argjson cfgsize "${cfg##* }" --arg layer "${layer%% *}" --argjson layersize "${layer##* }" \
-    '{schemaVersion: 2, mediaType: "application/vnd.oci.image.manifest.v1+json",
-      config: {mediaType: "application/vnd.oci.image.config.v1+json", digest: "sha256:\($cfg)", size: $cfgsize},
-      layers: [{mediaType: "application/vnd.oci.image.layer.v1.tar", digest: "sha256:\($layer)", size: $layersize}]}' \
-    >"$work/manifest.json"
-  manifest=$(blob "$work" "$work/manifest.json")
-  jq -cn --arg m "${manifest%% *}" --argjson size "${manifest##* }" --arg ref "$ref" \
-    '{schemaVersion: 2, manifests: [{mediaType: "application/vnd.oci.image.manifest.v1+json",
-      digest: "sha256:\($m)", size: $size,
-      annotations: {"io.containerd.image.name": $ref, "org.opencontainers.image.ref.name": ($ref | sub(".*:"; ""))}}]}' \
-    >"$work/layout/index.json"
-  echo '{"imageLayoutVersion":"1.0.0"}' >"$work/layout/oci-layout"
-  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$work/layout" -cf "$out.tmp" .
-  mv "$out.tmp" "$out"
-}
-
-# Moves FILE into the layout's blobs under its digest; prints "DIGEST SIZE".
-blob() {
-  local digest size
-  digest=$(sha256sum "$2" | cut -d' ' -f1)
-  size=$(stat -c %s "$2")
-  mv "$2" "$1/layout/blobs/sha256/$digest"
-  echo "$digest $size"
+  layer_tar "$work/rootfs" "$work/layer.tar"
+  oci_archive "$work" "$ref" "$config" "$out" "$work/layer.tar"
 }
 
 build_images() {

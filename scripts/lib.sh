@@ -142,3 +142,66 @@ if unused:
     sys.exit("pinned in [workspace.dependencies] but used by no member: " + ", ".join(unused))
 PY
 }
+
+# The Dockerfile's instructions, one a line: continuations joined, comment lines dropped
+# (docker drops them too, even inside a continuation), blanks squeezed.
+dockerfile_instructions() {
+  awk '
+    /^[[:space:]]*#/ { next }
+    {
+      line = line $0
+      if (line ~ /\\[[:space:]]*$/) { sub(/\\[[:space:]]*$/, " ", line); next }
+      gsub(/[[:space:]]+/, " ", line); sub(/^ /, "", line); sub(/ $/, "", line)
+      if (line != "") print line
+      line = ""
+    }
+  ' "$1"
+}
+
+# A reproducible tarball of directory DIR's contents (sorted, root-owned, mtime 0), which an
+# image layer must be for equal content to give equal digests. Extra arguments go to tar.
+layer_tar() { # dir out tar-args...
+  local dir=$1 out=$2; shift 2
+  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$dir" "$@" -cf "$out" .
+}
+
+# Copies FILE into the OCI layout WORK/layout under its digest; prints "DIGEST SIZE".
+oci_blob() { # work file
+  local digest size
+  digest=$(sha256sum "$2" | cut -d' ' -f1)
+  size=$(stat -c %s "$2")
+  cp "$2" "$1/layout/blobs/sha256/$digest"
+  echo "$digest $size"
+}
+
+# Writes OUT, an OCI image layout tarball of image REF: CONFIG is the image config's "config"
+# object (Entrypoint, Env, ...), the layers are uncompressed tarballs, bottom first. `ctr
+# images import` takes the name from the index's annotation. WORK is scratch space.
+oci_archive() { # work ref config-json out layer.tar...
+  local work=$1 ref=$2 config=$3 out=$4 layer digest size cfg manifest layers='[]'
+  shift 4
+  rm -rf "$work/layout"; mkdir -p "$work/layout/blobs/sha256"
+  for layer; do
+    read -r digest size <<<"$(oci_blob "$work" "$layer")"
+    layers=$(jq -c --arg d "$digest" --argjson s "$size" \
+      '. + [{mediaType: "application/vnd.oci.image.layer.v1.tar", digest: "sha256:\($d)", size: $s}]' <<<"$layers")
+  done
+  jq -cn --arg arch "$(dpkg --print-architecture)" --argjson config "$config" --argjson layers "$layers" \
+    '{architecture: $arch, os: "linux", config: $config, rootfs: {type: "layers", diff_ids: [$layers[].digest]}}' \
+    >"$work/config.json"
+  cfg=$(oci_blob "$work" "$work/config.json")
+  jq -cn --arg cfg "${cfg%% *}" --argjson cfgsize "${cfg##* }" --argjson layers "$layers" \
+    '{schemaVersion: 2, mediaType: "application/vnd.oci.image.manifest.v1+json",
+      config: {mediaType: "application/vnd.oci.image.config.v1+json", digest: "sha256:\($cfg)", size: $cfgsize},
+      layers: $layers}' >"$work/manifest.json"
+  manifest=$(oci_blob "$work" "$work/manifest.json")
+  jq -cn --arg m "${manifest%% *}" --argjson size "${manifest##* }" --arg ref "$ref" \
+    '{schemaVersion: 2, manifests: [{mediaType: "application/vnd.oci.image.manifest.v1+json",
+      digest: "sha256:\($m)", size: $size,
+      annotations: {"io.containerd.image.name": $ref, "org.opencontainers.image.ref.name": ($ref | sub(".*:"; ""))}}]}' \
+    >"$work/layout/index.json"
+  echo '{"imageLayoutVersion":"1.0.0"}' >"$work/layout/oci-layout"
+  # Renamed into place: an import running meanwhile reads the old archive or the new one.
+  layer_tar "$work/layout" "$out.tmp.$$"
+  mv "$out.tmp.$$" "$out"
+}

@@ -4,12 +4,17 @@
 #   vpc-box.sh up --name NAME [--nodes N] [--instance-type TYPE] [--ipamd-env KEY=VALUE]...
 #                 [--subnet CIDR[,az=AZ][,tag=KEY=VALUE]...[,nodes=N]]... [--vpc-secondary-cidr CIDR]...
 #                 [--security-group NAME]... [--imds-lag-ms MS] [--extra-instance-type NAME:ENIS:IPV4]...
-#                 [--outside-ip IP] [--attach-latency-ms MS] [--kube]
+#                 [--outside-ip IP] [--attach-latency-ms MS] [--kube [--ipamd daemonset [--image FILE]]]
 #       Starts everything, returns once every ipamd is ready (serving, under custom networking),
 #       prints one JSON object on stdout.
 #       --kube adds Kubernetes (scripts/kube-box.sh): a control plane in NAME-cp and containerd +
 #       kubelet on every node calling vpc-cni; returns once every node is Ready. The first
 #       time it builds the kube cache (scripts/kube-build.sh, minutes).
+#       --ipamd daemonset (with --kube) starts no ipamd itself: it loads the image (FILE, else
+#       the one scripts/image.sh builds) on every node and applies config/kubernetes/ with a
+#       small overlay, so each node's kubelet runs ipamd as the DaemonSet's pod, which installs
+#       the plugin and the conflist into the node's own directories. Returns once the
+#       DaemonSet has rolled out and every node is Ready. `ipamd_pid` is then null.
 #   vpc-box.sh down --name NAME
 #       Stops and removes everything `up` made (the processes it recorded, whatever the
 #       environment now); names what it could not stop or remove and then exits 1.
@@ -19,6 +24,11 @@
 #       `up` gave it; start-ipamd waits until it is ready and prints its pid.
 #   vpc-box.sh kubectl --name NAME -- ARGS...
 #       kubectl ARGS as the administrator of a box made with --kube.
+#   vpc-box.sh load-image --name NAME --image FILE
+#       Loads an image archive (scripts/image.sh) on every node of a --kube box.
+#   vpc-box.sh deploy --name NAME --tag TAG
+#       Applies the DaemonSet (config/kubernetes/ and the box's overlay) with image
+#       localhost/vpc-cni:TAG, loaded beforehand, and waits for its rollout.
 #
 # Nothing is created in the machine's own network namespace: the VPC, the nodes and their
 # addresses live in NAME-vpc and NAME-node<i>. Root is required.
@@ -30,7 +40,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/kube-box.sh"
 
 RUN_ROOT=${VPC_BOX_RUN_DIR:-/run/vpc-box}
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 check_name() {
   [[ "$1" =~ ^[A-Za-z0-9_-]{1,24}$ ]] || die "--name must be 1-24 characters of [A-Za-z0-9_-], got '$1'"
@@ -105,10 +115,14 @@ stop_recorded() { # dir signal pattern
 # The pid of the recorded process with ROLE.
 recorded_pid() { awk -v role="$2" '$3 == role { pid = $1 } END { print pid }' "$1/processes"; }
 
+# Whether the box's ipamd runs as the DaemonSet's pods (up --ipamd daemonset).
+daemonset_box() { [ -f "$1/kube/image-tag" ]; }
+
 # Starts node I's ipamd from its saved environment; prints the pid once it is ready.
 start_ipamd() {
   local dir=$1 i=$2 node netns pid env
   node=$dir/node$i
+  ! daemonset_box "$dir" || die "box $(basename "$dir") runs ipamd as a DaemonSet: use kubectl (delete its pod, or the DaemonSet)"
   [ -f "$node/ipamd.env" ] || die "no node $i in box $(basename "$dir")"
   netns=$(node_field "$dir" "$i" netns)
   mapfile -t env <"$node/ipamd.env"
@@ -133,6 +147,7 @@ start_ipamd() {
 }
 
 stop_ipamd() { # dir node signal
+  ! daemonset_box "$1" || die "box $(basename "$1") runs ipamd as a DaemonSet: use kubectl (delete its pod, or the DaemonSet)"
   stop_recorded "$1" "$3" "ipamd-node$2" || die "ipamd of node $2 is still running"
 }
 
@@ -165,12 +180,13 @@ down() {
 
 up() {
   local name=$1 nodes=$2 itype=$3; shift 3
-  local dir=$RUN_ROOT/$name sim_args=() envs=() i kube=0 k8s
+  local dir=$RUN_ROOT/$name sim_args=() envs=() i kube=0 k8s image="" tag=""
   while [ $# -gt 0 ]; do
     case $1 in
       --ipamd-env) envs+=("$2"); shift 2;;
       --sim) sim_args+=("$2" "$3"); shift 3;;
       --kube) kube=1; shift;;
+      --image) image=$2; shift 2;;
     esac
   done
   [ -e "$dir" ] && die "box $name exists already ($dir); run: $0 down --name $name"
@@ -187,6 +203,13 @@ up() {
     die "vpc-sim did not come up within 30 s"
   fi
   [ $kube -eq 0 ] || kube_cp_up "$dir" "$name"
+  if [ -n "$image" ]; then
+    # The tag the archive's index names, which the DaemonSet's image must match.
+    tag=$(tar -xOf "$image" ./index.json | jq -r '.manifests[0].annotations["io.containerd.image.name"] // empty')
+    [[ $tag == localhost/vpc-cni:* ]] || die "$image is not a localhost/vpc-cni image (scripts/image.sh)"
+    echo "${tag#*:}" >"$dir/kube/image-tag"
+    [ ${#envs[@]} -eq 0 ] || printf '%s\n' "${envs[@]}" >"$dir/ipamd-env"
+  fi
   for i in $(seq "$nodes"); do
     mkdir -p "$dir/node$i"
     if [ $kube -eq 1 ]; then
@@ -194,6 +217,7 @@ up() {
         || die "could not read node $i's local-hostname from its IMDS"
       echo "$k8s" >"$dir/node$i/k8s_node"
     fi
+    [ -z "$image" ] || continue
     {
       echo "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
       echo "AWS_EC2_ENDPOINT=$(node_field "$dir" "$i" ec2_endpoint)"
@@ -215,32 +239,50 @@ up() {
   local kube_info=null k8s_nodes=null
   if [ $kube -eq 1 ]; then
     kube_cp_ready "$dir" "$name"
-    for i in $(seq "$nodes"); do kube_node_up "$dir" "$name" "$i"; done
+    for i in $(seq "$nodes"); do kube_node_up "$dir" "$name" "$i" "$image"; done
+    if [ -n "$image" ]; then
+      say "deploying the $KUBE_DS DaemonSet (localhost/vpc-cni:$(cat "$dir/kube/image-tag"))"
+      kube_deploy "$dir" "$name" "$(cat "$dir/kube/image-tag")"
+      kube_daemonset_ready "$dir" "$name"
+    fi
     kube_nodes_ready "$dir" "$name" "$nodes"
     kube_info=$(kube_json "$dir" "$name")
     k8s_nodes=$(for i in $(seq "$nodes"); do cat "$dir/node$i/k8s_node"; done | jq -R . | jq -s .)
   fi
   trap - EXIT
-  local pids
+  local pids ds=false
   pids=$(for i in $(seq "$nodes"); do recorded_pid "$dir" "ipamd-node$i"; done | jq -s .)
-  jq --arg dir "$dir" --argjson pids "$pids" --argjson kube "$kube_info" --argjson k8s "$k8s_nodes" '{
+  [ -z "$image" ] || ds=true
+  # With the DaemonSet, ipamd's files are where its hostPath volumes put them on the node:
+  # in the node's own directories (KUBE_NODE_PATHS).
+  jq --arg dir "$dir" --argjson pids "$pids" --argjson kube "$kube_info" --argjson k8s "$k8s_nodes" \
+    --argjson ds "$ds" '{
       name, ec2_endpoint, vpc_netns, outside, run_dir: $dir,
       vpc: {id: .vpc.id, cidrs: .vpc.cidrs},
       subnets: [.subnets[] | {id, cidr, az, tags}],
       security_groups,
-      nodes: [.nodes[] | {
-        netns, instance_id, instance_type, primary_ip, primary_eni, subnet_id, az,
-        ipamd_socket: "\($dir)/node\(.index)/ipamd.sock",
-        state_dir: "\($dir)/node\(.index)/state",
-        ipamd_log: "\($dir)/node\(.index)/ipamd.log",
-        go_checkpoint: "\($dir)/node\(.index)/aws-node-ipam.json",
-        ipamd_env: "\($dir)/node\(.index)/ipamd.env",
-        ipamd_pid: $pids[.index - 1]
-      } + if $k8s == null then {} else {
+      nodes: [.nodes[] | "\($dir)/node\(.index)" as $n | "\($n)/kube/paths" as $p | {
+        netns, instance_id, instance_type, primary_ip, primary_eni, subnet_id, az
+      } + if $ds then {
+        ipamd_socket: "\($p)/run/vpc-cni/ipamd.sock",
+        state_dir: "\($p)/run/vpc-cni/state",
+        ipamd_log: "\($p)/var/log/aws-routed-eni/ipamd.log",
+        go_checkpoint: "\($p)/run/aws-node/ipam.json",
+        ipamd_env: null,
+        ipamd_pid: null,
+        plugin_log: "\($p)/var/log/aws-routed-eni/plugin.log"
+      } else {
+        ipamd_socket: "\($n)/ipamd.sock",
+        state_dir: "\($n)/state",
+        ipamd_log: "\($n)/ipamd.log",
+        go_checkpoint: "\($n)/aws-node-ipam.json",
+        ipamd_env: "\($n)/ipamd.env",
+        ipamd_pid: $pids[.index - 1],
+        plugin_log: "\($n)/plugin.log"
+      } end + if $k8s == null then {plugin_log: null} else {
         k8s_node: $k8s[.index - 1],
-        plugin_log: "\($dir)/node\(.index)/plugin.log",
-        kubelet_log: "\($dir)/node\(.index)/kube/kubelet.log",
-        containerd_log: "\($dir)/node\(.index)/kube/containerd.log"
+        kubelet_log: "\($n)/kube/kubelet.log",
+        containerd_log: "\($n)/kube/containerd.log"
       } end]
     } + if $kube == null then {} else {kube: $kube} end' "$dir/sim/sim.json" >"$dir/box.json"
   cat "$dir/box.json"
@@ -248,6 +290,7 @@ up() {
 
 cmd=${1:-}; [ -n "$cmd" ] || usage; shift
 name="" nodes=1 itype=t3.medium node="" kill_sig=TERM rest=() kube=0 kubectl_args=()
+ipamd_mode=process image_file="" tag=""
 while [ $# -gt 0 ]; do
   case $1 in
     --name) name=$2; shift 2;;
@@ -261,6 +304,15 @@ while [ $# -gt 0 ]; do
     --node) node=$2; shift 2;;
     --kill) kill_sig=KILL; shift;;
     --kube) kube=1; rest+=(--kube); shift;;
+    --ipamd)
+      case ${2:-} in
+        process) ;;
+        daemonset) ipamd_mode=daemonset;;
+        *) die "--ipamd takes process or daemonset, got '${2:-}'";;
+      esac
+      shift 2;;
+    --image) image_file=$2; shift 2;;
+    --tag) tag=$2; shift 2;;
     --) shift; kubectl_args=("$@"); break;;
     -h|--help) usage;;
     *) die "unknown argument '$1' (see $0 --help)";;
@@ -281,12 +333,34 @@ case $cmd in
       [ -x /usr/lib/cni/portmap ] || install_packages containernetworking-plugins
       "$REPO/scripts/kube-build.sh" >/dev/null || die "the kube cache $KUBE_CACHE could not be built"
     fi
+    if [ "$ipamd_mode" = daemonset ]; then
+      [ $kube -eq 1 ] || die "--ipamd daemonset needs --kube (the kubelet runs the DaemonSet)"
+      if [ -z "$image_file" ]; then
+        image_file=$("$REPO/scripts/image.sh") || die "scripts/image.sh could not build the image"
+      fi
+      [ -f "$image_file" ] || die "--image $image_file: no such file"
+      rest+=(--image "$(realpath "$image_file")")
+    elif [ -n "$image_file" ]; then
+      die "--image goes with --ipamd daemonset"
+    fi
     up "$name" "$nodes" "$itype" "${rest[@]}";;
+  load-image)
+    daemonset_box "$dir" || die "box $name runs no DaemonSet (up --kube --ipamd daemonset)"
+    [ -f "$image_file" ] || die "--image FILE is required and must exist"
+    for i in $(seq "$(jq '.nodes | length' "$dir/sim/sim.json")"); do
+      kube_import "$dir" "$i" "$(realpath "$image_file")" || die "could not load $image_file on node $i"
+    done;;
+  deploy)
+    daemonset_box "$dir" || die "box $name runs no DaemonSet (up --kube --ipamd daemonset)"
+    [[ $tag =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] || die "--tag TAG is required (an image tag), got '$tag'"
+    echo "$tag" >"$dir/kube/image-tag"
+    kube_deploy "$dir" "$name" "$tag"
+    kube_daemonset_ready "$dir" "$name";;
   down) down "$dir";;
   stop-ipamd) [ -n "$node" ] || die "--node is required"; stop_ipamd "$dir" "$node" "$kill_sig";;
   start-ipamd) [ -n "$node" ] || die "--node is required"; need_binaries; start_ipamd "$dir" "$node";;
   kubectl)
     [ -f "$(kube_kubeconfig "$dir")" ] || die "box $name has no Kubernetes (it was not made with up --kube)"
     kube_kubectl "$dir" "$name" "${kubectl_args[@]}";;
-  *) die "unknown command '$cmd' (up, down, stop-ipamd, start-ipamd, kubectl)";;
+  *) die "unknown command '$cmd' (up, down, stop-ipamd, start-ipamd, kubectl, load-image, deploy)";;
 esac

@@ -250,16 +250,23 @@ fn write_conflist(pending: &PendingConflist) -> anyhow::Result<()> {
             retired.display()
         );
     }
-    install::write_atomically(
+    let path = pending.dir.join(CONFLIST_NAME);
+    if install::write_if_changed(
         &pending.dir,
         CONFLIST_NAME,
         pending.content.as_bytes(),
         0o644,
-    )?;
-    info!(
-        "Successfully copied CNI plugin binary and config file. ({})",
-        pending.dir.join(CONFLIST_NAME).display()
-    );
+    )? {
+        info!(
+            "Successfully copied CNI plugin binary and config file. ({})",
+            path.display()
+        );
+    } else {
+        info!(
+            "Successfully copied CNI plugin binary; the config file was already current ({})",
+            path.display()
+        );
+    }
     Ok(())
 }
 

@@ -1,11 +1,13 @@
 //! The Kubernetes of a box made with `vpc-box.sh up --kube`: kubectl as the box's
 //! administrator, the pods it reports, bounded waits on them, and what vpc-cni logged on a node.
 
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::{Node, VpcBox, repo, run_bounded};
 
@@ -116,6 +118,30 @@ impl VpcBox {
             "vpc-box up --kube printed no \"kube\" object"
         );
         vbox
+    }
+
+    /// `vpc-box.sh up --kube --ipamd daemonset --image IMAGE --name <unique> <args>`: returns
+    /// once the DaemonSet has rolled out and every node is Ready.
+    pub fn up_daemonset(image: &Path, args: &[&str]) -> VpcBox {
+        let image = image.to_str().expect("a UTF-8 path");
+        let mut all = vec!["--ipamd", "daemonset", "--image", image];
+        all.extend_from_slice(args);
+        VpcBox::up_kube(&all)
+    }
+
+    /// Loads an image archive on every node (`vpc-box.sh load-image`).
+    pub fn load_image(&self, image: &Path) {
+        self.script(&[
+            "load-image",
+            "--image",
+            image.to_str().expect("a UTF-8 path"),
+        ]);
+    }
+
+    /// Applies the DaemonSet with image `localhost/vpc-cni:TAG` and waits for its rollout
+    /// (`vpc-box.sh deploy`, whose own wait is 180 s).
+    pub fn deploy(&self, tag: &str) {
+        self.script_bounded(240, &["deploy", "--tag", tag]);
     }
 
     /// The box's Kubernetes (made with [`VpcBox::up_kube`]).
@@ -249,6 +275,111 @@ fn phases(pods: &[Value]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A Deployment of `replicas` sleeping busybox pods labelled `app=<name>`: all on Kubernetes
+/// node `node`, or spread evenly over the nodes.
+pub fn deployment(name: &str, replicas: usize, node: Option<&str>) -> Value {
+    let placement = match node {
+        Some(node) => json!({"nodeSelector": {"kubernetes.io/hostname": node}}),
+        None => json!({"topologySpreadConstraints": [{
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": name}}
+        }]}),
+    };
+    let mut spec = json!({
+        // sleep, as PID 1, ignores SIGTERM: each pod would otherwise take the default 30 s
+        // to go.
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{
+            "name": "box",
+            "image": "localhost/busybox:box",
+            "imagePullPolicy": "Never",
+            "command": ["sleep", "3600"]
+        }]
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), placement.as_object()) {
+        spec.extend(extra.clone());
+    }
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": spec}
+        }
+    })
+}
+
+/// A pod's address, as kubectl reports it.
+pub fn pod_ip(pod: &Value) -> Ipv4Addr {
+    pod["status"]["podIP"]
+        .as_str()
+        .and_then(|ip| ip.parse().ok())
+        .unwrap_or_else(|| panic!("a pod without an address: {pod}"))
+}
+
+/// A pod's name.
+pub fn pod_name(pod: &Value) -> &str {
+    pod["metadata"]["name"].as_str().expect("a pod name")
+}
+
+impl VpcBox {
+    /// `kubectl exec POD -- ping -c 1 -W 2 TARGET` succeeded.
+    pub fn pings(&self, pod: &str, target: Ipv4Addr) -> bool {
+        let target = target.to_string();
+        self.kubectl(&["exec", pod, "--", "ping", "-c", "1", "-W", "2", &target])
+            .status
+            .success()
+    }
+
+    /// Every event message about `pod`.
+    pub fn events_of(&self, pod: &str) -> Vec<String> {
+        let selector = format!("involvedObject.name={pod}");
+        let json = self.kubectl_ok(&["get", "events", "--field-selector", &selector, "-o", "json"]);
+        let list: Value = serde_json::from_str(&json).expect("events as JSON");
+        list["items"]
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(|e| e["message"].as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The image archive scripts/image.sh built for this tree, which scripts/test.sh names in
+/// `VPC_CNI_IMAGE`; a test never builds it (a release build takes minutes).
+pub fn image_archive() -> PathBuf {
+    let path = std::env::var_os("VPC_CNI_IMAGE").map(PathBuf::from).expect(
+        "VPC_CNI_IMAGE names no image archive: build one with scripts/image.sh and set it (scripts/test.sh does)",
+    );
+    assert!(
+        path.is_file(),
+        "VPC_CNI_IMAGE={}: no such file",
+        path.display()
+    );
+    path
+}
+
+/// The same image under another tag (`scripts/image.sh --tag TAG --skip-build`: the release
+/// artifacts of `image_archive`, no build); its archive.
+pub fn retagged_image(tag: &str) -> PathBuf {
+    let script = repo().join("scripts/image.sh");
+    let out = run_bounded(
+        120,
+        script.to_str().expect("a UTF-8 path"),
+        &["--tag", tag, "--skip-build"],
+        None,
+    );
+    let stdout = testkit::cmd::succeeded(&["scripts/image.sh", "--tag", tag], out);
+    PathBuf::from(stdout.trim())
 }
 
 #[cfg(test)]

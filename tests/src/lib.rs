@@ -17,7 +17,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use serde::Deserialize;
 use serde_json::Value;
 
-pub use kube::{KUBECTL_SECS, Kube, PluginCall, PluginLog, UP_KUBE_SECS};
+pub use kube::{
+    KUBECTL_SECS, Kube, PluginCall, PluginLog, UP_KUBE_SECS, deployment, image_archive, pod_ip,
+    pod_name, retagged_image,
+};
 pub use plugin::{Cni, Outcome, Pod, conf};
 pub use settle::{CONTROLLER_PERIOD, SETTLE_TIMEOUT};
 pub use testkit::cmd::{is_root, run_bounded};
@@ -74,16 +77,16 @@ pub struct Node {
     pub state_dir: String,
     /// ipamd's log.
     pub ipamd_log: String,
-    /// ipamd's pid when the box came up.
-    pub ipamd_pid: u32,
+    /// ipamd's pid when the box came up; `None` when the DaemonSet runs it.
+    pub ipamd_pid: Option<u32>,
     /// Where ipamd looks for aws-node's checkpoint (AWS_VPC_K8S_CNI_BACKING_STORE).
     pub go_checkpoint: String,
-    /// ipamd's environment, one KEY=VALUE per line.
-    pub ipamd_env: String,
+    /// ipamd's environment, one KEY=VALUE per line; `None` when the DaemonSet runs it.
+    pub ipamd_env: Option<String>,
     /// Its Kubernetes node name, the instance's private DNS name (a box made with `--kube`).
     #[serde(default)]
     pub k8s_node: Option<String>,
-    /// vpc-cni's log file, as the node's conflist names it (`--kube`).
+    /// vpc-cni's log file, as the node's conflist names it (`--kube`), on the machine.
     #[serde(default)]
     pub plugin_log: Option<String>,
     /// kubelet's output (`--kube`).
@@ -361,10 +364,14 @@ impl VpcBox {
     }
 
     fn script(&self, args: &[&str]) -> String {
+        // Above start-ipamd's own 60 s wait for readiness, so that one reports.
+        self.script_bounded(90, args)
+    }
+
+    fn script_bounded(&self, secs: u32, args: &[&str]) -> String {
         let mut all = args.to_vec();
         all.extend_from_slice(&["--name", self.name()]);
-        // Above start-ipamd's own 60 s wait for readiness, so that one reports.
-        let out = vpc_box(90, &[], &all);
+        let out = vpc_box(secs, &[], &all);
         assert!(
             out.status.success(),
             "vpc-box {args:?}: {}",

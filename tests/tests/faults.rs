@@ -69,7 +69,7 @@ fn ec2_faults_during_scale_up_are_survived_backed_off_and_converged() {
     let start = vbox.status(1).pool;
     let warm = (start.total - start.assigned - start.cooling) as usize;
     assert!(warm >= 5, "{start:?}");
-    let pid = node.ipamd_pid;
+    let pid = node.ipamd_pid.expect("an ipamd the box started");
 
     let plan = json!({
         "throttle_pct": 30, "server_error_pct": 10, "drop_pct": 10,

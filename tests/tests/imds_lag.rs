@@ -31,7 +31,8 @@ fn wait_for_calls(vbox: &VpcBox, action: &str, n: u64) {
 /// How many ENIs the node's IMDS lists now, asked from inside the node as ipamd asks it
 /// (IMDSv2: a session token first).
 fn imds_enis(node: &Node) -> usize {
-    let env = std::fs::read_to_string(&node.ipamd_env).expect("ipamd's environment");
+    let env = std::fs::read_to_string(node.ipamd_env.as_ref().expect("an ipamd the box started"))
+        .expect("ipamd's environment");
     let endpoint = env
         .lines()
         .find_map(|l| l.strip_prefix("AWS_EC2_METADATA_SERVICE_ENDPOINT="))

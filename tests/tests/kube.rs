@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use e2e::{INTROSPECT, Node, VpcBox, require_root};
-use serde_json::{Value, json};
+use e2e::{INTROSPECT, Node, VpcBox, deployment, require_root};
+use serde_json::Value;
 
 const APP: &str = "web";
 const REPLICAS: usize = 6;
@@ -24,39 +24,6 @@ const LATE_DELS: Duration = Duration::from_secs(150);
 const PING_ALL: &str = r#"for t in "$@"; do
   if ping -c 1 -W 2 "$t" >/dev/null 2>&1; then echo "$t ok"; else echo "$t lost"; fi
 done"#;
-
-fn deployment(replicas: usize) -> Value {
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": APP, "namespace": "default"},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": APP}},
-            "template": {
-                "metadata": {"labels": {"app": APP}},
-                "spec": {
-                    // sleep, as PID 1, ignores SIGTERM: each pod would otherwise take the
-                    // default 30 s to go.
-                    "terminationGracePeriodSeconds": 1,
-                    // As many pods on one node as on the other.
-                    "topologySpreadConstraints": [{
-                        "maxSkew": 1,
-                        "topologyKey": "kubernetes.io/hostname",
-                        "whenUnsatisfiable": "DoNotSchedule",
-                        "labelSelector": {"matchLabels": {"app": APP}}
-                    }],
-                    "containers": [{
-                        "name": "box",
-                        "image": "localhost/busybox:box",
-                        "imagePullPolicy": "Never",
-                        "command": ["sleep", "3600"]
-                    }]
-                }
-            }
-        }
-    })
-}
 
 /// One pod as kubectl reports it.
 #[derive(Debug)]
@@ -125,7 +92,7 @@ fn a_deployment_gets_vpc_addresses_reaches_everything_and_gives_them_back() {
 
     let selector = format!("app={APP}");
     let t = Instant::now();
-    vbox.apply(&deployment(REPLICAS));
+    vbox.apply(&deployment(APP, REPLICAS, None));
     let pods: Vec<RunningPod> = vbox
         .wait_running(&selector, REPLICAS, PODS_UP)
         .iter()

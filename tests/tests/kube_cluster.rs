@@ -5,10 +5,9 @@
 //! tagged subnet with the most free addresses, never one tagged `=0`), and ipamd serving pods
 //! while the API server does not answer.
 
-use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use e2e::{INTROSPECT, VpcBox, repo, require_root, run_bounded};
+use e2e::{INTROSPECT, VpcBox, deployment, pod_ip, pod_name, repo, require_root, run_bounded};
 use serde_json::{Value, json};
 
 /// Scheduling, sandboxes and ADDs of a few pods, ENIs created and attached meanwhile.
@@ -18,32 +17,6 @@ const EVENT: Duration = Duration::from_secs(120);
 
 const ROLE: &str = "kubernetes.io/role/cni";
 
-/// A Deployment of `replicas` sleeping busybox pods labelled `app=<name>`, on node `node`.
-fn deployment(name: &str, node: &str, replicas: usize) -> Value {
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "nodeSelector": {"kubernetes.io/hostname": node},
-                    "containers": [{
-                        "name": "box",
-                        "image": "localhost/busybox:box",
-                        "imagePullPolicy": "Never",
-                        "command": ["sleep", "3600"]
-                    }]
-                }
-            }
-        }
-    })
-}
-
 fn eni_config(name: &str, subnet: &str, groups: &[&str]) -> Value {
     json!({
         "apiVersion": "crd.k8s.amazonaws.com/v1alpha1",
@@ -51,25 +24,6 @@ fn eni_config(name: &str, subnet: &str, groups: &[&str]) -> Value {
         "metadata": {"name": name},
         "spec": {"subnet": subnet, "securityGroups": groups}
     })
-}
-
-fn pod_ip(pod: &Value) -> Ipv4Addr {
-    pod["status"]["podIP"]
-        .as_str()
-        .and_then(|ip| ip.parse().ok())
-        .unwrap_or_else(|| panic!("a pod without an address: {pod}"))
-}
-
-fn pod_name(pod: &Value) -> &str {
-    pod["metadata"]["name"].as_str().expect("a pod name")
-}
-
-/// `kubectl exec POD -- ping -c 1 -W 2 TARGET` succeeded.
-fn pings(vbox: &VpcBox, pod: &str, target: Ipv4Addr) -> bool {
-    let target = target.to_string();
-    vbox.kubectl(&["exec", pod, "--", "ping", "-c", "1", "-W", "2", &target])
-        .status
-        .success()
 }
 
 /// The ENIs EC2 (vpc-sim) has attached to `instance` in device order, the primary left out:
@@ -102,22 +56,6 @@ fn secondary_enis(vbox: &VpcBox, instance: &str) -> Vec<(String, Vec<String>)> {
             )
         })
         .collect()
-}
-
-/// Every event message about `pod`.
-fn events_of(vbox: &VpcBox, pod: &str) -> Vec<String> {
-    let selector = format!("involvedObject.name={pod}");
-    let json = vbox.kubectl_ok(&["get", "events", "--field-selector", &selector, "-o", "json"]);
-    let list: Value = serde_json::from_str(&json).expect("events as JSON");
-    list["items"]
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|e| e["message"].as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[test]
@@ -189,8 +127,8 @@ fn custom_networking_puts_each_nodes_pods_in_its_eniconfigs_subnet() {
     label(&k8s1, "az-a");
     label(&k8s2, "az-late");
 
-    vbox.apply(&deployment("one", &k8s1, 4));
-    vbox.apply(&deployment("two", &k8s2, 2));
+    vbox.apply(&deployment("one", 4, Some(&k8s1)));
+    vbox.apply(&deployment("two", 2, Some(&k8s2)));
     let ones = vbox.wait_running("app=one", 4, PODS_UP);
     for pod in &ones {
         assert!(
@@ -213,7 +151,7 @@ fn custom_networking_puts_each_nodes_pods_in_its_eniconfigs_subnet() {
     assert!(stuck.iter().all(|p| p["status"]["phase"] != "Running"));
     let first = pod_name(&stuck[0]).to_string();
     let named = testkit::wait_ok(EVENT, "a sandbox error naming the ENIConfig", || {
-        let events = events_of(&vbox, &first);
+        let events = vbox.events_of(&first);
         match events.iter().find(|m| m.contains("az-late")) {
             Some(m) => Ok(m.clone()),
             None => Err(format!("{events:?}")),
@@ -244,14 +182,14 @@ fn custom_networking_puts_each_nodes_pods_in_its_eniconfigs_subnet() {
     // Traffic: across nodes and subnets, to both nodes, and to the outside SNATed to the node.
     let one = pod_name(&ones[0]).to_string();
     let two = pod_name(&twos[0]).to_string();
-    assert!(pings(&vbox, &one, pod_ip(&twos[0])), "az-a -> az-late");
-    assert!(pings(&vbox, &two, pod_ip(&ones[0])), "az-late -> az-a");
+    assert!(vbox.pings(&one, pod_ip(&twos[0])), "az-a -> az-late");
+    assert!(vbox.pings(&two, pod_ip(&ones[0])), "az-late -> az-a");
     for target in [node1.primary_ip, node2.primary_ip] {
-        assert!(pings(&vbox, &one, target), "{one} -> node {target}");
+        assert!(vbox.pings(&one, target), "{one} -> node {target}");
     }
     let outside = vbox.outside().ip;
     vbox.watch_outside_sources(&[&node1.primary_ip.to_string(), &pod_ip(&ones[0]).to_string()]);
-    assert!(pings(&vbox, &one, outside), "{one} -> the outside");
+    assert!(vbox.pings(&one, outside), "{one} -> the outside");
     assert!(vbox.outside_seen_from(&node1.primary_ip.to_string()) >= 1);
     assert_eq!(vbox.outside_seen_from(&pod_ip(&ones[0]).to_string()), 0);
 
@@ -312,7 +250,7 @@ fn subnet_discovery_and_serving_pods_while_the_api_server_is_down() {
 
     // WARM_ENI_TARGET=1: a first pod leaves less than an ENI's worth available on the primary,
     // so a second ENI is created: in the tagged /24, the biggest of those that may be used.
-    vbox.apply(&deployment("disc", &k8s, 1));
+    vbox.apply(&deployment("disc", 1, Some(&k8s)));
     vbox.wait_running("app=disc", 1, PODS_UP);
     let enis = testkit::wait_ok(PODS_UP, "a second ENI", || {
         let enis = secondary_enis(&vbox, &node.instance_id);

@@ -321,11 +321,12 @@ fn the_entrypoint_installs_the_plugin_and_writes_the_conflist_once_ipamd_serves(
     std::fs::write(netd.join("10-aws.conflist"), "{}").unwrap();
     let plugin_log = host.path().join("plugin.log");
 
-    let mut env: Vec<String> = std::fs::read_to_string(&node.ipamd_env)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let mut env: Vec<String> =
+        std::fs::read_to_string(node.ipamd_env.as_ref().expect("an ipamd the box started"))
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
     env.extend([
         format!("VPC_CNI_PLUGINS_DIR={}", src.display()),
         format!(

@@ -31,7 +31,7 @@ fn sigkill_and_restart_keep_every_assignment_and_cooldown() {
 
     vbox.stop_ipamd(1, true);
     let pid = vbox.start_ipamd(1);
-    assert_ne!(pid, node.ipamd_pid);
+    assert_ne!(Some(pid), node.ipamd_pid);
 
     let after = vbox.status(1);
     assert_eq!(after.pool, before.pool, "the pool came back exactly");

@@ -147,6 +147,35 @@ pub fn write_atomically(
     )
 }
 
+/// Like [`write_atomically`], but leaves `dir/name` alone when it already holds `content` with
+/// permission bits `mode`. Returns whether it wrote. A DaemonSet restart or upgrade then
+/// leaves an unchanged conflist untouched: the runtime, which watches the directory, sees no
+/// event and reloads nothing.
+pub fn write_if_changed(
+    dir: &Path,
+    name: &str,
+    content: &[u8],
+    mode: u32,
+) -> Result<bool, InstallError> {
+    let target = dir.join(name);
+    let same = match fs::read(&target) {
+        Ok(old) => {
+            let perm = fs::metadata(&target)
+                .map_err(io_err("inspecting", &target))?
+                .permissions()
+                .mode();
+            old == content && perm & 0o7777 == mode
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(e) => return Err(io_err("reading", &target)(e)),
+    };
+    if same {
+        return Ok(false);
+    }
+    write_atomically(dir, name, content, mode)?;
+    Ok(true)
+}
+
 /// Renames `conf_dir/10-aws.conflist` to `10-aws.conflist.replaced-by-vpc-cni` (replacing an
 /// older retired copy) and returns the new path; `Ok(None)` when there is none.
 ///
@@ -314,5 +343,26 @@ mod tests {
         // Second run: nothing left to retire, the retired copy is untouched.
         assert!(retire_go_cni_conflist(dir.path()).unwrap().is_none());
         assert_eq!(fs::read(&retired).unwrap(), b"go");
+    }
+
+    #[test]
+    fn an_unchanged_file_is_not_rewritten_and_a_changed_one_is() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        assert!(write_if_changed(dir.path(), CONFLIST_NAME, b"one", 0o644).unwrap());
+        let path = dir.path().join(CONFLIST_NAME);
+        let inode = fs::metadata(&path).unwrap().ino();
+        assert!(!write_if_changed(dir.path(), CONFLIST_NAME, b"one", 0o644).unwrap());
+        assert_eq!(
+            fs::metadata(&path).unwrap().ino(),
+            inode,
+            "rewritten though unchanged"
+        );
+        // Another mode or another content: written, as a new inode.
+        assert!(write_if_changed(dir.path(), CONFLIST_NAME, b"one", 0o600).unwrap());
+        assert_eq!(mode(&path), 0o600);
+        assert!(write_if_changed(dir.path(), CONFLIST_NAME, b"two", 0o600).unwrap());
+        assert_eq!(fs::read(&path).unwrap(), b"two");
+        assert_ne!(fs::metadata(&path).unwrap().ino(), inode);
     }
 }

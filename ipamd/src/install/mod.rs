@@ -14,7 +14,7 @@ pub use conflist::{
     CONFLIST_NAME, ConflistSettings, DEFAULT_PLUGIN_LOG_FILE, GO_CNI_CONFLIST, PLUGIN_TYPE,
     RETIRED_GO_CNI_CONFLIST, render_conflist,
 };
-pub use files::{install_plugins, retire_go_cni_conflist, write_atomically};
+pub use files::{install_plugins, retire_go_cni_conflist, write_if_changed};
 
 /// An installation step that failed; each names the path or variable involved.
 #[derive(Debug, Error)]

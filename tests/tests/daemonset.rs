@@ -1,0 +1,305 @@
+//! The real deployment path on kube-in-a-box: the image scripts/image.sh built is loaded on
+//! both nodes and config/kubernetes/ applied (with the box's small overlay), so each node's
+//! kubelet runs `ipamd entrypoint` as the DaemonSet's pod, which installs the plugin and the
+//! conflist and makes the node Ready. Then, as operators do: the DaemonSet rolled to a new
+//! image tag while a pod pings another every 100 ms, and deleted and applied again.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use e2e::{
+    INTROSPECT, VpcBox, deployment, image_archive, pod_ip, pod_name, require_root, retagged_image,
+    run_bounded,
+};
+use serde_json::Value;
+
+const APP: &str = "web";
+/// Scheduling, sandboxes and ADDs of a few pods on a loaded two-core machine.
+const PODS_UP: Duration = Duration::from_secs(180);
+/// A pod's sandbox error reaching its events.
+const EVENT: Duration = Duration::from_secs(120);
+/// How long the pinging pod pings (`ping -w`): well beyond a two-node rollout here (about
+/// 30 s), and below kubectl's own bound of 60 s.
+const PING_SECS: u64 = 50;
+const DS_SELECTOR: &str = "k8s-app=vpc-cni";
+const CONFLIST: &str = "/etc/cni/net.d/10-vpc-cni.conflist";
+const PLUGIN: &str = "/opt/cni/bin/vpc-cni";
+
+/// Where node `i`'s directory for `path` (one the DaemonSet mounts) is on the machine.
+fn node_path(vbox: &VpcBox, i: usize, path: &str) -> PathBuf {
+    vbox.run_dir().join(format!("node{i}/kube/paths{path}"))
+}
+
+fn inode(path: &Path) -> u64 {
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .ino()
+}
+
+/// The DaemonSet's pods: (uid, node, image), from `kubectl get pods -n kube-system`.
+fn daemonset_pods(vbox: &VpcBox) -> Vec<(String, String, String)> {
+    let json = vbox.kubectl_ok(&[
+        "get",
+        "pods",
+        "-n",
+        "kube-system",
+        "-l",
+        DS_SELECTOR,
+        "-o",
+        "json",
+    ]);
+    let list: Value = serde_json::from_str(&json).expect("pods as JSON");
+    list["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .map(|p| {
+                    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+                    (
+                        s(&p["metadata"]["uid"]),
+                        s(&p["spec"]["nodeName"]),
+                        s(&p["spec"]["containers"][0]["image"]),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn daemonset_status(vbox: &VpcBox) -> Value {
+    let json = vbox.kubectl_ok(&[
+        "get",
+        "daemonset",
+        "vpc-cni",
+        "-n",
+        "kube-system",
+        "-o",
+        "json",
+    ]);
+    serde_json::from_str::<Value>(&json).expect("the DaemonSet as JSON")["status"].clone()
+}
+
+/// name -> address of the pods of the app, with no address shared.
+fn addresses(pods: &[Value]) -> BTreeMap<String, Ipv4Addr> {
+    let map: BTreeMap<String, Ipv4Addr> = pods
+        .iter()
+        .map(|p| (pod_name(p).to_string(), pod_ip(p)))
+        .collect();
+    let unique: BTreeSet<_> = map.values().collect();
+    assert_eq!(unique.len(), map.len(), "an address is shared: {map:?}");
+    map
+}
+
+/// Every address ipamd holds for a pod is a running pod's, and every running pod's address
+/// is held by its node's ipamd: nothing leaked, nothing lost.
+fn every_address_accounted_for(vbox: &VpcBox, pods: &[Value]) {
+    for i in 1..=2 {
+        let node = vbox.node(i);
+        let k8s = node.k8s_node.as_deref().expect("a Kubernetes node");
+        let want: BTreeSet<String> = pods
+            .iter()
+            .filter(|p| p["spec"]["nodeName"] == k8s)
+            .map(|p| pod_ip(p).to_string())
+            .collect();
+        let held: BTreeSet<String> = node
+            .get_json(&format!("{INTROSPECT}/v1/pods"))
+            .as_array()
+            .expect("a list of pods")
+            .iter()
+            .filter_map(|p| p["IP"].as_str().map(String::from))
+            .collect();
+        assert_eq!(held, want, "node {i}: ipamd's pods against the cluster's");
+    }
+}
+
+/// The plugin as the entrypoint installed it, run in a root that holds nothing else: it
+/// needs no dynamic loader and no library.
+fn runs_in_an_empty_root(plugin: &Path) {
+    let root = tempfile::tempdir().expect("a temporary directory");
+    std::fs::copy(plugin, root.path().join("vpc-cni")).expect("copying the plugin");
+    let entries = std::fs::read_dir(root.path()).expect("the root").count();
+    assert_eq!(entries, 1, "the root holds only the plugin");
+    let dir = root.path().to_str().expect("a UTF-8 path");
+    let run = |env: &[&str], stdin: &[u8]| {
+        let mut args = vec!["-i"];
+        args.extend_from_slice(env);
+        args.extend_from_slice(&["/usr/sbin/chroot", dir, "/vpc-cni"]);
+        run_bounded(10, "env", &args, Some(stdin))
+    };
+
+    let out = run(&["CNI_COMMAND=VERSION"], b"");
+    assert!(out.status.success(), "VERSION in an empty root: {out:?}");
+    let version: Value = serde_json::from_slice(&out.stdout).expect("VERSION prints JSON");
+    let supported = version["supportedVersions"].as_array().expect("versions");
+    assert!(supported.contains(&Value::from("1.0.0")), "{version}");
+
+    let add = [
+        "CNI_COMMAND=ADD",
+        "CNI_CONTAINERID=empty-root",
+        "CNI_NETNS=/var/run/netns/none",
+        "CNI_IFNAME=eth0",
+        "CNI_PATH=/",
+    ];
+    let out = run(&add, b"{not json");
+    assert!(!out.status.success(), "ADD of bad input succeeded: {out:?}");
+    let error: Value = serde_json::from_slice(&out.stdout).expect("the error as JSON");
+    // The CNI spec's code 6: failed to decode content.
+    assert_eq!(error["code"], 6, "{error}");
+    assert!(
+        error["msg"].as_str().is_some_and(|m| !m.is_empty()),
+        "{error}"
+    );
+}
+
+/// `transmitted, received` from busybox ping's summary.
+fn ping_counts(output: &str) -> (u64, u64) {
+    let line = output
+        .lines()
+        .find(|l| l.contains("packets transmitted"))
+        .unwrap_or_else(|| panic!("no ping summary in: {output}"));
+    let numbers: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    (numbers[0], numbers[1])
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn the_daemonset_serves_pods_and_keeps_them_through_a_roll_and_a_delete() {
+    require_root();
+    let image = image_archive();
+    let vbox = VpcBox::up_daemonset(&image, &["--nodes", "2"]);
+
+    // The DaemonSet is Ready on both nodes and installed the plugin and the conflist there.
+    let status = daemonset_status(&vbox);
+    assert_eq!(status["desiredNumberScheduled"], 2, "{status}");
+    assert_eq!(status["numberReady"], 2, "{status}");
+    for i in 1..=2 {
+        assert_eq!(
+            vbox.node(i).ipamd_pid,
+            None,
+            "the box started an ipamd itself"
+        );
+        assert!(
+            node_path(&vbox, i, CONFLIST).is_file(),
+            "node {i}: no conflist"
+        );
+    }
+    runs_in_an_empty_root(&node_path(&vbox, 1, PLUGIN));
+
+    // A Deployment's pods get VPC addresses and reach each other across the nodes.
+    vbox.apply(&deployment(APP, 4, None));
+    let selector = format!("app={APP}");
+    let pods = vbox.wait_running(&selector, 4, PODS_UP);
+    let before = addresses(&pods);
+    let k8s1 = vbox.node(1).k8s_node.clone().expect("a Kubernetes node");
+    let (on1, on2): (Vec<&Value>, Vec<&Value>) =
+        pods.iter().partition(|p| p["spec"]["nodeName"] == k8s1);
+    let (a, b) = (pod_name(on1[0]), pod_ip(on2[0]));
+    assert!(vbox.pings(a, b), "{a} -> {b}");
+    assert!(vbox.pings(pod_name(on2[0]), pod_ip(on1[0])), "back");
+    every_address_accounted_for(&vbox, &pods);
+
+    // Rolled to a new tag while `a` pings `b` every 100 ms.
+    let conflist = inode(&node_path(&vbox, 1, CONFLIST));
+    let plugin = inode(&node_path(&vbox, 1, PLUGIN));
+    let plugin_bytes = std::fs::read(node_path(&vbox, 1, PLUGIN)).expect("the plugin");
+    let old: BTreeSet<String> = daemonset_pods(&vbox).into_iter().map(|p| p.0).collect();
+    let next = retagged_image("e2e-next");
+    vbox.load_image(&next);
+    let deadline = PING_SECS.to_string();
+    let target = b.to_string();
+    let (ping, rolled) = std::thread::scope(|s| {
+        let pinger = s.spawn(|| {
+            vbox.kubectl(&[
+                "exec", a, "--", "ping", "-i", "0.1", "-w", &deadline, &target,
+            ])
+        });
+        let started = Instant::now();
+        vbox.deploy("e2e-next");
+        let rolled = started.elapsed();
+        (pinger.join().expect("the pinging thread"), rolled)
+    });
+    assert!(
+        rolled < Duration::from_secs(PING_SECS),
+        "the rollout took {rolled:?}, longer than the pings ({PING_SECS} s) cover"
+    );
+    let output = String::from_utf8_lossy(&ping.stdout);
+    let (sent, received) = ping_counts(&output);
+    eprintln!(
+        "rollout in {:.1} s; {sent} pings sent, {received} answered",
+        rolled.as_secs_f64()
+    );
+    assert!(sent >= PING_SECS * 5, "too few pings to tell: {output}");
+    assert_eq!(received, sent, "pings lost during the roll: {output}");
+    let now = daemonset_pods(&vbox);
+    assert_eq!(now.len(), 2, "{now:?}");
+    for (uid, node, image) in &now {
+        assert!(!old.contains(uid), "{node}'s pod was not replaced");
+        assert_eq!(image, "localhost/vpc-cni:e2e-next");
+    }
+    assert_eq!(
+        inode(&node_path(&vbox, 1, CONFLIST)),
+        conflist,
+        "the unchanged conflist was rewritten"
+    );
+    assert_ne!(
+        inode(&node_path(&vbox, 1, PLUGIN)),
+        plugin,
+        "plugin not replaced"
+    );
+    assert_eq!(
+        std::fs::read(node_path(&vbox, 1, PLUGIN)).expect("the plugin"),
+        plugin_bytes
+    );
+    let pods = vbox.wait_running(&selector, 4, PODS_UP);
+    assert_eq!(
+        addresses(&pods),
+        before,
+        "a pod's address changed in the roll"
+    );
+    // Pods created after the roll are wired too.
+    vbox.kubectl_ok(&["scale", "deployment", APP, "--replicas=6"]);
+    let pods = vbox.wait_running(&selector, 6, PODS_UP);
+    let after = addresses(&pods);
+    let new: Vec<&String> = after.keys().filter(|n| !before.contains_key(*n)).collect();
+    assert_eq!(new.len(), 2, "{after:?}");
+    for name in new {
+        assert!(vbox.pings(name, b), "new pod {name} -> {b}");
+    }
+    every_address_accounted_for(&vbox, &pods);
+
+    // Deleted: the running pods keep their traffic, a new pod's ADD names the missing socket.
+    vbox.kubectl_ok(&["delete", "daemonset", "vpc-cni", "-n", "kube-system"]);
+    testkit::wait_until(EVENT, "the DaemonSet's pods gone", || {
+        daemonset_pods(&vbox).is_empty()
+    });
+    assert!(vbox.pings(a, b), "{a} -> {b} without the DaemonSet");
+    vbox.kubectl_ok(&["scale", "deployment", APP, "--replicas=7"]);
+    let waiting = testkit::wait_ok(EVENT, "a pod waiting for its sandbox", || {
+        vbox.pods(&selector)
+            .into_iter()
+            .find(|p| !after.contains_key(pod_name(p)))
+            .map(|p| pod_name(&p).to_string())
+            .ok_or("no new pod yet")
+    });
+    testkit::wait_until(EVENT, "the sandbox error naming ipamd's socket", || {
+        vbox.events_of(&waiting)
+            .iter()
+            .any(|m| m.contains("ipamd is not reachable at /run/vpc-cni/ipamd.sock"))
+    });
+
+    // Applied again: the waiting pod starts, and every address is accounted for.
+    vbox.deploy("e2e-next");
+    let pods = vbox.wait_running(&selector, 7, PODS_UP);
+    let last = addresses(&pods);
+    for (name, ip) in &after {
+        assert_eq!(last.get(name), Some(ip), "{name} changed address");
+    }
+    every_address_accounted_for(&vbox, &pods);
+}
