@@ -107,6 +107,9 @@ else
   step "moto smoke test against $MOTO_ENDPOINT"
   cargo test --workspace --quiet --test moto_smoke -- --ignored
   passed "AWS client against moto (DescribeInstanceTypes, DescribeNetworkInterfaces, Assign/UnassignPrivateIpAddresses)"
+  step "the plugin's log rotation with the real vpc-cni (needs no root)"
+  cargo test --workspace --quiet --test log_rotation -- --ignored concurrent_plugin_processes
+  passed "log rotation: concurrent vpc-cni processes rotating one pluginLogFile lose no line"
   skipped "netlink tests in fresh namespaces (tier 3): need root"
   skipped "end-to-end tests in VPC-in-a-box (tier 4): need root"
   skipped "cnitool and podman against a box node: need root"

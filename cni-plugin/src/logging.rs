@@ -1,11 +1,12 @@
 //! Where the plugin's log lines go: `pluginLogFile` or stderr, never stdout (stdout carries
 //! only the result or error JSON the runtime parses). One JSON object per line, as ipamd's.
+//! The file rotates by size (`pluginLogMaxSize`, `pluginLogMaxFiles`) as the Go CNI's does;
+//! [`logfile`] makes that safe with many plugin processes writing at once.
 
-use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::path::Path;
-use std::sync::Arc;
 
+use cni::NetConf;
+use logfile::{DEFAULT_MAX_FILES, DEFAULT_MAX_SIZE, RotatingFile, Rotation};
 use tracing::level_filters::LevelFilter;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
@@ -25,18 +26,42 @@ pub fn parse_level(name: &str) -> Option<LevelFilter> {
     })
 }
 
-/// Opens `path` for appending, creating it and its parent directories. Each log line is one
-/// `write` on an `O_APPEND` file, so concurrent plugin processes do not interleave lines.
-fn open_append(path: &Path) -> io::Result<File> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        fs::create_dir_all(parent)?;
-    }
-    OpenOptions::new().create(true).append(true).open(path)
+/// The rotation `pluginLogMaxSize` and `pluginLogMaxFiles` ask for, each read by the syntax
+/// ipamd and the entrypoint use. A value that cannot be used falls back to the default (100 MiB,
+/// 5 files) with a warning: a logging setting never fails a request.
+fn rotation(
+    max_size: Option<&str>,
+    max_files: Option<&str>,
+    warnings: &mut Vec<String>,
+) -> Rotation {
+    let max_size = max_size.map_or(DEFAULT_MAX_SIZE, |v| {
+        logfile::parse_size(v).unwrap_or_else(|e| {
+            warnings.push(format!(
+                "pluginLogMaxSize {v:?}: {e}: using {DEFAULT_MAX_SIZE} bytes"
+            ));
+            DEFAULT_MAX_SIZE
+        })
+    });
+    let max_files = max_files.map_or(DEFAULT_MAX_FILES, |v| {
+        logfile::parse_max_files(v).unwrap_or_else(|e| {
+            warnings.push(format!(
+                "pluginLogMaxFiles {v:?}: {e}: using {DEFAULT_MAX_FILES}"
+            ));
+            DEFAULT_MAX_FILES
+        })
+    });
+    // Both are valid by now; the default is the answer should that ever change.
+    Rotation::new(max_size, max_files).unwrap_or_default()
 }
 
-/// Installs the global subscriber. Never fails the request: a bad level falls back to
-/// [`DEFAULT_LEVEL`] and an unusable file to stderr, and both are logged as warnings.
-pub fn init(file: Option<&str>, level: Option<&str>) {
+/// Installs the global subscriber from the conf's logging keys. Never fails the request: a bad
+/// level falls back to [`DEFAULT_LEVEL`], bad rotation settings to the defaults and an
+/// unusable file to stderr, and each is logged as a warning.
+pub fn init(conf: &NetConf) {
+    let (file, level) = (
+        conf.plugin_log_file.as_deref(),
+        conf.plugin_log_level.as_deref(),
+    );
     let mut warnings = Vec::new();
     let max_level = match level {
         None => DEFAULT_LEVEL,
@@ -58,8 +83,15 @@ pub fn init(file: Option<&str>, level: Option<&str>) {
             );
             BoxMakeWriter::new(io::stderr)
         }
-        Some(path) => match open_append(Path::new(path)) {
-            Ok(f) => BoxMakeWriter::new(Arc::new(f)),
+        Some(path) => match RotatingFile::open(
+            path,
+            rotation(
+                conf.plugin_log_max_size.as_deref(),
+                conf.plugin_log_max_files.as_deref(),
+                &mut warnings,
+            ),
+        ) {
+            Ok(f) => BoxMakeWriter::new(f),
             Err(e) => {
                 warnings.push(format!(
                     "cannot open pluginLogFile {path}: {e}; logging to stderr"
@@ -107,14 +139,29 @@ mod tests {
     }
 
     #[test]
-    fn the_log_file_and_its_directories_are_created_and_appended_to() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("a/b/plugin.log");
-        {
-            use std::io::Write;
-            writeln!(open_append(&path).unwrap(), "one").unwrap();
-            writeln!(open_append(&path).unwrap(), "two").unwrap();
-        }
-        assert_eq!(fs::read_to_string(&path).unwrap(), "one\ntwo\n");
+    fn rotation_settings_are_read_in_the_shared_syntax() {
+        let mut warnings = Vec::new();
+        let r = rotation(Some("1048576"), Some("3"), &mut warnings);
+        assert_eq!((r.max_size(), r.max_files()), (1 << 20, 3));
+        let r = rotation(Some("64Ki"), None, &mut warnings);
+        assert_eq!((r.max_size(), r.max_files()), (65536, 5));
+        assert_eq!(rotation(None, None, &mut warnings), Rotation::default());
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    #[test]
+    fn bad_rotation_settings_fall_back_to_the_defaults_with_a_warning() {
+        let mut warnings = Vec::new();
+        let r = rotation(Some("100MB"), Some("0"), &mut warnings);
+        assert_eq!(r, Rotation::default());
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("pluginLogMaxSize \"100MB\""),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[1].starts_with("pluginLogMaxFiles \"0\""),
+            "{warnings:?}"
+        );
     }
 }

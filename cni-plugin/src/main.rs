@@ -58,10 +58,7 @@ fn main() -> ExitCode {
         Ok(conf) => conf,
         Err(e) => return fail(&e, stdin_version(&stdin)),
     };
-    logging::init(
-        conf.plugin_log_file.as_deref(),
-        conf.plugin_log_level.as_deref(),
-    );
+    logging::init(&conf);
 
     let version = conf.cni_version;
     let outcome = catch_unwind(AssertUnwindSafe(|| verbs::run(&inv, &conf))).unwrap_or_else(|_| {

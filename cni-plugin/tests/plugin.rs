@@ -270,6 +270,29 @@ fn add_with_ipamd_down_is_try_again_later() {
 }
 
 #[test]
+fn unusable_log_rotation_settings_are_a_warning_not_a_failure() {
+    let ipamd = FakeIpamd::start(|_| Ok(ready()));
+    let log_dir = tempfile::tempdir().unwrap();
+    let log = log_dir.path().join("plugin.log");
+    Call::new("STATUS")
+        .stdin(conf(
+            "1.1.0",
+            &ipamd.path_str(),
+            json!({"pluginLogFile": log.display().to_string(), "pluginLogLevel": "Debug",
+                   "pluginLogMaxSize": "100MB", "pluginLogMaxFiles": 0}),
+        ))
+        .run()
+        .ok_silent();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains(r#"pluginLogMaxSize \"100MB\": expected a number of bytes"#),
+        "{text}"
+    );
+    assert!(text.contains(r#"pluginLogMaxFiles \"0\""#), "{text}");
+    assert!(text.contains("ipamd ready"), "{text}");
+}
+
+#[test]
 fn status_ready_is_silent_success() {
     let ipamd = FakeIpamd::start(|_| Ok(ready()));
     Call::new("STATUS")

@@ -9,6 +9,7 @@ use std::time::Duration;
 use cluster::EniConfigKeys;
 use cni::settings::{DEFAULT_MTU, DEFAULT_VETH_PREFIX, SettingError};
 use ipnetwork::Ipv4Network;
+use logfile::{LimitError, Rotation};
 use netops::snat::{DEFAULT_CONNMARK, Randomize, SnatError};
 use thiserror::Error;
 
@@ -116,6 +117,10 @@ pub struct Config {
     pub log_level: String,
     /// `AWS_VPC_K8S_CNI_LOG_FILE`.
     pub log_target: LogTarget,
+    /// `AWS_VPC_K8S_CNI_LOG_MAX_SIZE` and `AWS_VPC_K8S_CNI_LOG_MAX_FILES` (ours; the Go CNI
+    /// fixes lumberjack's 100 MB and 5 files, which are the defaults): when a log file
+    /// rotates and how many rotated files stay. Only a file rotates.
+    pub log_rotation: Rotation,
     /// `AWS_VPC_K8S_CNI_BACKING_STORE`: the Go CNI's checkpoint, read once when a node
     /// switches from aws-node so its pods keep their addresses.
     pub go_cni_checkpoint: PathBuf,
@@ -358,6 +363,30 @@ fn log_level(v: &str) -> Result<String, String> {
     .map_err(str::to_string)
 }
 
+/// The log file's size limit and kept files, each read by [`logfile`]'s one syntax.
+fn log_rotation<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Rotation, ConfigError> {
+    const SIZE: &str = "AWS_VPC_K8S_CNI_LOG_MAX_SIZE";
+    const FILES: &str = "AWS_VPC_K8S_CNI_LOG_MAX_FILES";
+    let max_size = env.parsed(SIZE, &logfile::DEFAULT_MAX_SIZE.to_string(), |v| {
+        logfile::parse_size(v).map_err(|e| e.to_string())
+    })?;
+    let max_files = env.parsed(FILES, &logfile::DEFAULT_MAX_FILES.to_string(), |v| {
+        logfile::parse_max_files(v).map_err(|e| e.to_string())
+    })?;
+    // Both were checked above; the error is mapped rather than unwrapped all the same.
+    Rotation::new(max_size, max_files).map_err(|e| {
+        let (var, value) = match e {
+            LimitError::MaxFiles => (FILES, max_files.to_string()),
+            _ => (SIZE, max_size.to_string()),
+        };
+        ConfigError {
+            var,
+            value,
+            problem: e.to_string(),
+        }
+    })
+}
+
 /// Any case, as the Go CNI lower-cases the value before comparing.
 fn log_target(v: &str) -> Result<LogTarget, String> {
     Ok(match v {
@@ -446,6 +475,7 @@ impl Config {
                 "/var/log/aws-routed-eni/ipamd.log",
                 log_target,
             )?,
+            log_rotation: log_rotation(&env)?,
             node_name: env.raw("MY_NODE_NAME"),
             custom_networking: env.boolean("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", false)?,
             eni_config_keys: EniConfigKeys {
@@ -541,6 +571,23 @@ mod tests {
             c.log_target,
             LogTarget::File("/var/log/aws-routed-eni/ipamd.log".into())
         );
+        assert_eq!(
+            (c.log_rotation.max_size(), c.log_rotation.max_files()),
+            (100 << 20, 5),
+            "lumberjack's 100 MB and 5 files, as the Go CNI rotates"
+        );
+    }
+
+    #[test]
+    fn log_rotation_is_read_in_bytes_or_binary_units() {
+        let c = parse(&[
+            ("AWS_VPC_K8S_CNI_LOG_MAX_SIZE", "10Mi"),
+            ("AWS_VPC_K8S_CNI_LOG_MAX_FILES", "2"),
+        ])
+        .unwrap();
+        assert_eq!(c.log_rotation, Rotation::new(10 << 20, 2).unwrap());
+        let c = parse(&[("AWS_VPC_K8S_CNI_LOG_MAX_SIZE", " 65536 ")]).unwrap();
+        assert_eq!(c.log_rotation.max_size(), 65536);
     }
 
     #[test]
@@ -675,6 +722,10 @@ mod tests {
             ("MAX_PODS", "many"),
             ("METRICS_BIND_ADDRESS", "unix:"),
             ("AWS_VPC_K8S_CNI_LOGLEVEL", "loud"),
+            ("AWS_VPC_K8S_CNI_LOG_MAX_SIZE", "100MB"),
+            ("AWS_VPC_K8S_CNI_LOG_MAX_SIZE", "0"),
+            ("AWS_VPC_K8S_CNI_LOG_MAX_FILES", "0"),
+            ("AWS_VPC_K8S_CNI_LOG_MAX_FILES", "-1"),
             ("IPAMD_SOCKET", "relative.sock"),
             ("IPAMD_STATE_DIR", "state"),
             ("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "on"),

@@ -49,6 +49,12 @@ pub struct NetConf {
     pub plugin_log_file: Option<String>,
     /// `pluginLogLevel`.
     pub plugin_log_level: Option<String>,
+    /// `pluginLogMaxSize` as written (a JSON number or string, shown as text; other JSON as
+    /// its JSON). Not checked here: a logging setting never fails a request, so the plugin
+    /// reads it and falls back to the default with a warning.
+    pub plugin_log_max_size: Option<String>,
+    /// `pluginLogMaxFiles`, as [`Self::plugin_log_max_size`].
+    pub plugin_log_max_files: Option<String>,
     /// `prevResult`, decoded as a result of `cni_version`.
     pub prev_result: Option<CniResult>,
     /// Why a `prevResult` that was sent is `None` in [`Self::prev_result`]: set only for DEL,
@@ -121,6 +127,8 @@ impl NetConf {
             plugin_log_level: opt_str(obj, "pluginLogLevel", "")
                 .map_err(invalid)?
                 .map(str::to_owned),
+            plugin_log_max_size: as_text(obj, "pluginLogMaxSize"),
+            plugin_log_max_files: as_text(obj, "pluginLogMaxFiles"),
             prev_result,
             prev_result_problem,
             runtime_config: field(obj, "runtimeConfig").cloned(),
@@ -136,6 +144,15 @@ impl NetConf {
             .get(key)?
             .as_str()
     }
+}
+
+/// A key's value as text whatever its JSON type, for settings checked by their user.
+fn as_text(obj: &Object, key: &str) -> Option<String> {
+    Some(match field(obj, key)? {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        other => describe(other),
+    })
 }
 
 fn conf_version(obj: &Object, command: Command) -> Result<CniVersion, CniError> {

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use cni::settings::{DEFAULT_MTU, DEFAULT_VETH_PREFIX, SettingError, check_mtu, check_veth_prefix};
+use logfile::{DEFAULT_MAX_FILES, DEFAULT_MAX_SIZE, parse_max_files, parse_size};
 use serde_json::Value;
 
 use super::InstallError;
@@ -37,6 +38,11 @@ pub struct ConflistSettings {
     pub plugin_log_file: String,
     /// `pluginLogLevel`, from `AWS_VPC_K8S_PLUGIN_LOG_LEVEL`.
     pub plugin_log_level: String,
+    /// `pluginLogMaxSize` in bytes, from `AWS_VPC_K8S_PLUGIN_LOG_MAX_SIZE` (bytes, `Ki`, `Mi`
+    /// or `Gi`).
+    pub plugin_log_max_size: u64,
+    /// `pluginLogMaxFiles`, from `AWS_VPC_K8S_PLUGIN_LOG_MAX_FILES`.
+    pub plugin_log_max_files: u32,
     /// `ipamdSocket`, from `IPAMD_SOCKET` (the same variable ipamd listens on).
     pub ipamd_socket: String,
 }
@@ -58,8 +64,9 @@ impl ConflistSettings {
     /// Go CNI checks only the prefix's length and reserved names); the log file is not `stdout` (stdout
     /// carries the plugin's result) and is absolute (the runtime's working directory is
     /// unknown); `stderr` is written as empty, which is how the plugin spells stderr; the level
-    /// is one the plugin knows (`FATAL` is written as `Error`, the plugin's highest); the
-    /// socket is absolute.
+    /// is one the plugin knows (`FATAL` is written as `Error`, the plugin's highest); the log's
+    /// size limit and kept files by [`logfile`]'s syntax, as ipamd reads its own; the socket
+    /// is absolute.
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Self, InstallError> {
         let raw = |var: &str| get(var).map(|v| v.trim().to_string());
         let set = |var: &str| raw(var).filter(|v| !v.is_empty());
@@ -118,6 +125,21 @@ impl ConflistSettings {
             },
         };
 
+        // Checked here rather than by the plugin, which falls back to the defaults with a
+        // warning: a typo should stop the rollout, not shrink into a line in a log.
+        const LOG_MAX_SIZE: &str = "AWS_VPC_K8S_PLUGIN_LOG_MAX_SIZE";
+        let plugin_log_max_size = match set(LOG_MAX_SIZE) {
+            None => DEFAULT_MAX_SIZE,
+            Some(v) => parse_size(&v).map_err(|e| env_err(LOG_MAX_SIZE, &v, e.to_string()))?,
+        };
+        const LOG_MAX_FILES: &str = "AWS_VPC_K8S_PLUGIN_LOG_MAX_FILES";
+        let plugin_log_max_files = match set(LOG_MAX_FILES) {
+            None => DEFAULT_MAX_FILES,
+            Some(v) => {
+                parse_max_files(&v).map_err(|e| env_err(LOG_MAX_FILES, &v, e.to_string()))?
+            }
+        };
+
         const SOCKET: &str = "IPAMD_SOCKET";
         let ipamd_socket = set(SOCKET).unwrap_or_else(|| ipam_proto::DEFAULT_SOCKET.to_string());
         if !Path::new(&ipamd_socket).is_absolute() {
@@ -129,13 +151,15 @@ impl ConflistSettings {
             mtu,
             plugin_log_file,
             plugin_log_level,
+            plugin_log_max_size,
+            plugin_log_max_files,
             ipamd_socket,
         })
     }
 }
 
 /// Renders the shipped conflist: sets `mtu` (as a string), `vethPrefix`, `pluginLogFile`,
-/// `pluginLogLevel` and `ipamdSocket` on the one plugin whose `type` is `vpc-cni`, leaves
+/// `pluginLogLevel`, `pluginLogMaxSize` (bytes), `pluginLogMaxFiles` and `ipamdSocket` on the one plugin whose `type` is `vpc-cni`, leaves
 /// everything else (portmap, ...) as it is, and pretty-prints the result with a final newline.
 /// Errors: the template is not JSON, has no `plugins` array, or has no or several `vpc-cni`
 /// entries.
@@ -171,6 +195,14 @@ pub fn render_conflist(
     entry.insert(
         "pluginLogLevel".into(),
         Value::from(settings.plugin_log_level.clone()),
+    );
+    entry.insert(
+        "pluginLogMaxSize".into(),
+        Value::from(settings.plugin_log_max_size),
+    );
+    entry.insert(
+        "pluginLogMaxFiles".into(),
+        Value::from(settings.plugin_log_max_files),
     );
     entry.insert(
         "ipamdSocket".into(),
@@ -224,6 +256,8 @@ mod tests {
                 mtu: 9001,
                 plugin_log_file: "/var/log/aws-routed-eni/plugin.log".into(),
                 plugin_log_level: "DEBUG".into(),
+                plugin_log_max_size: 100 * 1024 * 1024,
+                plugin_log_max_files: 5,
                 ipamd_socket: "/run/vpc-cni/ipamd.sock".into(),
             }
         );
@@ -237,9 +271,15 @@ mod tests {
             ("POD_MTU", " 1400 "),
             ("AWS_VPC_K8S_PLUGIN_LOG_FILE", "/tmp/p.log"),
             ("AWS_VPC_K8S_PLUGIN_LOG_LEVEL", "Info"),
+            ("AWS_VPC_K8S_PLUGIN_LOG_MAX_SIZE", "10Mi"),
+            ("AWS_VPC_K8S_PLUGIN_LOG_MAX_FILES", " 2 "),
             ("IPAMD_SOCKET", "/run/x.sock"),
         ]))
         .unwrap();
+        assert_eq!(
+            (s.plugin_log_max_size, s.plugin_log_max_files),
+            (10 * 1024 * 1024, 2)
+        );
         assert_eq!(s.veth_prefix, "pod");
         assert_eq!(s.mtu, 1400);
         assert_eq!(s.plugin_log_file, "/tmp/p.log");
@@ -275,6 +315,10 @@ mod tests {
             ("AWS_VPC_K8S_PLUGIN_LOG_FILE", "stdout"),
             ("AWS_VPC_K8S_PLUGIN_LOG_FILE", "plugin.log"),
             ("AWS_VPC_K8S_PLUGIN_LOG_LEVEL", "loud"),
+            ("AWS_VPC_K8S_PLUGIN_LOG_MAX_SIZE", "100M"),
+            ("AWS_VPC_K8S_PLUGIN_LOG_MAX_SIZE", "0"),
+            ("AWS_VPC_K8S_PLUGIN_LOG_MAX_FILES", "0"),
+            ("AWS_VPC_K8S_PLUGIN_LOG_MAX_FILES", "many"),
             ("IPAMD_SOCKET", "ipamd.sock"),
         ] {
             let e = ConflistSettings::from_env(env(&[(var, value)])).unwrap_err();
@@ -294,6 +338,8 @@ mod tests {
             mtu: 1500,
             plugin_log_file: String::new(),
             plugin_log_level: "Info".into(),
+            plugin_log_max_size: 65536,
+            plugin_log_max_files: 3,
             ipamd_socket: "/run/x.sock".into(),
         };
         let out = render_conflist(TEMPLATE, &settings).unwrap();
@@ -308,6 +354,8 @@ mod tests {
         assert_eq!(ours["vethPrefix"], "pod");
         assert_eq!(ours["pluginLogFile"], "");
         assert_eq!(ours["pluginLogLevel"], "Info");
+        assert_eq!(ours["pluginLogMaxSize"], 65536, "bytes, as a JSON number");
+        assert_eq!(ours["pluginLogMaxFiles"], 3);
         assert_eq!(ours["ipamdSocket"], "/run/x.sock");
         assert_eq!(
             ours["capabilities"]["io.kubernetes.cri.pod-annotations"],

@@ -21,6 +21,10 @@ fn defaults_apply_and_unknown_keys_are_ignored() {
     assert_eq!(c.veth_prefix, "eni");
     assert_eq!(c.plugin_log_file, None);
     assert_eq!(c.plugin_log_level, None);
+    assert_eq!(
+        (c.plugin_log_max_size, c.plugin_log_max_files),
+        (None, None)
+    );
     assert_eq!(c.prev_result, None);
     assert_eq!(c.runtime_config, None);
     assert_eq!(c.valid_attachments, None);
@@ -31,7 +35,7 @@ fn every_plugin_key_is_read() {
     let c = parse(
         json!({"cniVersion":"0.4.0","name":"n","type":"vpc-cni","ipamdSocket":"/tmp/s.sock",
                "mtu":"1500","vethPrefix":"veth","pluginLogFile":"/var/log/p.log",
-               "pluginLogLevel":"DEBUG",
+               "pluginLogLevel":"DEBUG","pluginLogMaxSize":1048576,"pluginLogMaxFiles":"3",
                "runtimeConfig":{"io.kubernetes.cri.pod-annotations":{"k8s.amazonaws.com/nicConfig":"x"}}}),
         Command::Add,
     )
@@ -41,8 +45,30 @@ fn every_plugin_key_is_read() {
     assert_eq!(c.veth_prefix, "veth");
     assert_eq!(c.plugin_log_file.as_deref(), Some("/var/log/p.log"));
     assert_eq!(c.plugin_log_level.as_deref(), Some("DEBUG"));
+    assert_eq!(c.plugin_log_max_size.as_deref(), Some("1048576"));
+    assert_eq!(c.plugin_log_max_files.as_deref(), Some("3"));
     assert_eq!(c.pod_annotation("k8s.amazonaws.com/nicConfig"), Some("x"));
     assert_eq!(c.pod_annotation("other"), None);
+}
+
+#[test]
+fn log_rotation_keys_never_fail_the_request() {
+    // The plugin checks them and falls back to its defaults, with a warning in its log.
+    for (v, want) in [
+        (json!("100Mi"), "100Mi"),
+        (json!(-1), "-1"),
+        (json!(1.5), "1.5"),
+        (json!(true), "true"),
+        (json!({"a": 1}), "{\"a\":1}"),
+    ] {
+        let c = parse(
+            json!({"cniVersion":"1.0.0","name":"n","pluginLogMaxSize":v,"pluginLogMaxFiles":v}),
+            Command::Add,
+        )
+        .unwrap();
+        assert_eq!(c.plugin_log_max_size.as_deref(), Some(want), "{v}");
+        assert_eq!(c.plugin_log_max_files.as_deref(), Some(want), "{v}");
+    }
 }
 
 #[test]
