@@ -53,9 +53,10 @@ RUN apt-get update \
 FROM debian:trixie-slim
 # iptables brings both backends (iptables-nft-* and iptables-legacy-*): ipamd uses the one the
 # node's rules are in. nftables brings `nft`, with which ipamd removes the Go CNI's leftover
-# connmark table when a node switches over.
+# connmark table when a node switches over. ca-certificates: the EC2 API is HTTPS, and the
+# clients (AWS SDK, kube-rs) trust the system's roots; without them ipamd cannot reach EC2.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends iptables nftables \
+    && apt-get install -y --no-install-recommends ca-certificates iptables nftables \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/dist/ipamd /app/ipamd
 COPY --from=build /src/target/dist/vpc-cni /app/cni-bin/vpc-cni

@@ -162,6 +162,8 @@ if [ ! -f "$BASE" ]; then
   layer_tar "$WORK/base" "$WORK/base.tar" --exclude='./dev/*'
   mv "$WORK/base.tar" "$BASE"
   rm -rf "$WORK/base"
+  # Bases of an earlier package list are of no further use.
+  find "$IMAGE_CACHE" -maxdepth 1 -name "base-$SUITE-*.tar" ! -name "${BASE##*/}" -delete
 fi
 
 # --- where each COPY source is ------------------------------------------------------------------

@@ -6,7 +6,8 @@
 #      of the input parsers (cargo fuzz; needs a nightly toolchain, SKIPPED without one)
 #   3. the AWS client against moto, an EC2 we did not write
 #   4. root only: netlink tests in fresh namespaces, end-to-end tests of the real binaries in
-#      VPC-in-a-box, a real Kubernetes on it (kube-in-a-box), and the demo in both modes.
+#      VPC-in-a-box, a real Kubernetes on it (kube-in-a-box), the image (scripts/image.sh) run
+#      as the DaemonSet there, and the demo in both modes.
 #      Without root these are reported as SKIPPED, never passed.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
@@ -89,6 +90,12 @@ export MOTO_ENDPOINT=http://127.0.0.1:$MOTO_PORT
 # Only --workspace selections below: selecting single packages can resolve features differently
 # and rebuild the AWS SDK.
 if [ $ROOT -eq 1 ]; then
+  # The DaemonSet's image, for the DaemonSet test: the release build is mostly done by now
+  # (check-config ran the same scripts/build-release.sh); the Debian base layer is cached.
+  step "the image (scripts/image.sh)"
+  VPC_CNI_IMAGE=$(scripts/image.sh)
+  export VPC_CNI_IMAGE
+  passed "scripts/image.sh: localhost/vpc-cni image from the Dockerfile's runtime stage, its files matching the COPY lines"
   step "root tiers: netlink in fresh namespaces, plugin and end-to-end in VPC-in-a-box; moto"
   # --ignored runs exactly the tests that need root, and the moto smoke test.
   cargo test --workspace --quiet -- --ignored
@@ -98,6 +105,8 @@ if [ $ROOT -eq 1 ]; then
   passed "real runtimes on a box node: cnitool (libcni) add/check/del/del and portmap traffic, podman (CNI backend) run/exec/rm"
   passed "hardening on box nodes: SIGKILL chaos during parallel churn, EC2 faults during scale-up, IMDS lag, damaged state"
   passed "kube-in-a-box (Kubernetes $("$KUBE_CACHE/bin/kubelet" --version | awk '{print $2}')): a Deployment of 6 on two nodes through kubelet -> containerd -> vpc-cni, pod-to-pod and pod-to-node pings, scale to 0 releasing every address, every DEL (empty CNI_NETNS included) succeeding"
+  passed "the DaemonSet on kube-in-a-box: Ready on two nodes, pods wired; rolled to a new tag under 100 ms pings with none lost and every address kept; deleted (new ADDs name the missing socket) and re-applied with every address accounted for; the installed plugin runs in an empty root"
+  passed "log rotation: concurrent vpc-cni processes and a churning ipamd rotate their logs, keep N files and lose no line"
   step "demo"
   scripts/demo.sh >"${TMPDIR:-/tmp}/vpc-cni-demo.log" 2>&1 || { cat "${TMPDIR:-/tmp}/vpc-cni-demo.log"; die "the demo failed"; }
   passed "scripts/demo.sh"
@@ -113,6 +122,7 @@ else
   skipped "netlink tests in fresh namespaces (tier 3): need root"
   skipped "end-to-end tests in VPC-in-a-box (tier 4): need root"
   skipped "cnitool and podman against a box node: need root"
+  skipped "scripts/image.sh and the DaemonSet on kube-in-a-box: need root"
   skipped "chaos, EC2 faults, IMDS lag and damaged state on box nodes: need root"
   skipped "kube-in-a-box (a real Kubernetes on the box): needs root"
   skipped "scripts/demo.sh and demo.sh --kube: need root"

@@ -2,7 +2,8 @@
 //! both nodes and config/kubernetes/ applied (with the box's small overlay), so each node's
 //! kubelet runs `ipamd entrypoint` as the DaemonSet's pod, which installs the plugin and the
 //! conflist and makes the node Ready. Then, as operators do: the DaemonSet rolled to a new
-//! image tag while a pod pings another every 100 ms, and deleted and applied again.
+//! image tag while a pod pings another every 100 ms, and deleted and applied again; with
+//! small limits, ipamd's and the plugin's logs on the node rotate meanwhile.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
@@ -155,6 +156,39 @@ fn runs_in_an_empty_root(plugin: &Path) {
     );
 }
 
+/// The node's rotated log `name` in `dir` under a limit of `limit` bytes and `kept` files: it
+/// has rotated, keeps no more than `kept` old files, and every line is whole JSON.
+fn rotated(dir: &Path, name: &str, limit: u64, kept: u32) {
+    let file = |n: u32| match n {
+        0 => dir.join(name),
+        n => dir.join(format!("{name}.{n}")),
+    };
+    assert!(file(1).is_file(), "{name} never rotated");
+    assert!(
+        !file(kept + 1).exists(),
+        "{name} keeps more than {kept} files"
+    );
+    for n in 0..=kept {
+        let Ok(text) = std::fs::read_to_string(file(n)) else {
+            continue;
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            text.len() as u64 <= limit || lines.len() == 1,
+            "{}: {} bytes over a limit of {limit}",
+            file(n).display(),
+            text.len()
+        );
+        for line in lines {
+            assert!(
+                serde_json::from_str::<Value>(line).is_ok(),
+                "{}: not a whole JSON line: {line}",
+                file(n).display()
+            );
+        }
+    }
+}
+
 /// `transmitted, received` from busybox ping's summary.
 fn ping_counts(output: &str) -> (u64, u64) {
     let line = output
@@ -173,22 +207,42 @@ fn ping_counts(output: &str) -> (u64, u64) {
 fn the_daemonset_serves_pods_and_keeps_them_through_a_roll_and_a_delete() {
     require_root();
     let image = image_archive();
-    let vbox = VpcBox::up_daemonset(&image, &["--nodes", "2"]);
+    // Small logs, so that ipamd's and the plugin's rotate within the test, across restarts
+    // of the DaemonSet's pods too.
+    let vbox = VpcBox::up_daemonset(
+        &image,
+        &[
+            "--nodes",
+            "2",
+            "--ipamd-env",
+            "AWS_VPC_K8S_CNI_LOG_MAX_SIZE=2Ki",
+            "--ipamd-env",
+            "AWS_VPC_K8S_CNI_LOG_MAX_FILES=2",
+            "--ipamd-env",
+            "AWS_VPC_K8S_PLUGIN_LOG_MAX_SIZE=2Ki",
+            "--ipamd-env",
+            "AWS_VPC_K8S_PLUGIN_LOG_MAX_FILES=2",
+        ],
+    );
 
     // The DaemonSet is Ready on both nodes and installed the plugin and the conflist there.
     let status = daemonset_status(&vbox);
     assert_eq!(status["desiredNumberScheduled"], 2, "{status}");
     assert_eq!(status["numberReady"], 2, "{status}");
     for i in 1..=2 {
-        assert_eq!(
-            vbox.node(i).ipamd_pid,
-            None,
-            "the box started an ipamd itself"
-        );
+        let node = vbox.node(i);
+        assert_eq!(node.ipamd_pid, None, "the box started an ipamd itself");
         assert!(
             node_path(&vbox, i, CONFLIST).is_file(),
             "node {i}: no conflist"
         );
+        // It reads the cluster from inside the pod (TLS to the API server included).
+        testkit::wait_ok(EVENT, "ipamd answered by the API server", || {
+            let cluster = &node.get_json(&format!("{INTROSPECT}/v1/pool"))["Cluster"];
+            (cluster["Api"] == "answering")
+                .then_some(())
+                .ok_or_else(|| cluster.to_string())
+        });
     }
     runs_in_an_empty_root(&node_path(&vbox, 1, PLUGIN));
 
@@ -302,4 +356,8 @@ fn the_daemonset_serves_pods_and_keeps_them_through_a_roll_and_a_delete() {
         assert_eq!(last.get(name), Some(ip), "{name} changed address");
     }
     every_address_accounted_for(&vbox, &pods);
+
+    let logs = node_path(&vbox, 1, "/var/log/aws-routed-eni");
+    rotated(&logs, "ipamd.log", 2 * 1024, 2);
+    rotated(&logs, "plugin.log", 2 * 1024, 2);
 }
