@@ -396,15 +396,27 @@ kube_deploy() { # dir name tag
   kube_kubectl "$dir" "$name" apply -k "$d" >/dev/null || die "kubectl apply -k $d failed"
 }
 
-# Waits for the DaemonSet's rollout: every node runs a Ready pod of its current template.
+# Whether the DaemonSet has rolled out on all N nodes: the controller has seen its current
+# spec, and each node runs a pod of that spec, Ready. Not `kubectl rollout status`, which
+# reports success while the controller still counts fewer nodes than the box has (a kubelet
+# that has not registered yet) or before it has seen the new spec.
+kube_ds_settled() { # dir name n
+  local status gen seen
+  status=$(kube_kubectl "$1" "$2" -n "$KUBE_DS_NS" get daemonset "$KUBE_DS" -o jsonpath='{.metadata.generation} {.status.observedGeneration} {.status.desiredNumberScheduled} {.status.updatedNumberScheduled} {.status.numberReady} {.status.numberAvailable}') || return 1
+  read -r gen seen status <<<"$status"
+  [ "$seen" = "$gen" ] && [ "$status" = "$3 $3 $3 $3" ]
+}
+
+# Waits up to 180 s for the DaemonSet to roll out on every node of the box.
 kube_daemonset_ready() { # dir name
-  local dir=$1 name=$2 i
-  if ! kube_kubectl "$dir" "$name" -n "$KUBE_DS_NS" rollout status "daemonset/$KUBE_DS" --timeout=180s >/dev/null; then
+  local dir=$1 name=$2 i n
+  n=$(jq '.nodes | length' "$dir/sim/sim.json")
+  if ! wait_for 180 kube_ds_settled "$dir" "$name" "$n"; then
     kube_kubectl "$dir" "$name" -n "$KUBE_DS_NS" get pods -o wide >&2 || true
-    for i in $(seq "$(jq '.nodes | length' "$dir/sim/sim.json")"); do
+    for i in $(seq "$n"); do
       tail -n 20 "$(kube_node_path "$dir" "$i" /var/log/aws-routed-eni)/ipamd.log" >&2 2>/dev/null || true
     done
-    die "the $KUBE_DS DaemonSet did not roll out within 180 s"
+    die "the $KUBE_DS DaemonSet did not roll out on all $n nodes within 180 s"
   fi
 }
 
