@@ -358,9 +358,15 @@ mod tests {
             inode,
             "rewritten though unchanged"
         );
-        // Another mode or another content: written, as a new inode.
+        // Another mode or another content: written, as a new inode. The old file is held open
+        // meanwhile, so that its inode number cannot be reused for the new one.
+        let held = File::open(&path).unwrap();
         assert!(write_if_changed(dir.path(), CONFLIST_NAME, b"one", 0o600).unwrap());
         assert_eq!(mode(&path), 0o600);
+        assert_ne!(fs::metadata(&path).unwrap().ino(), inode);
+        drop(held);
+        let held = File::open(&path).unwrap();
+        let inode = held.metadata().unwrap().ino();
         assert!(write_if_changed(dir.path(), CONFLIST_NAME, b"two", 0o600).unwrap());
         assert_eq!(fs::read(&path).unwrap(), b"two");
         assert_ne!(fs::metadata(&path).unwrap().ino(), inode);
