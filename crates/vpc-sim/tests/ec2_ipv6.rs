@@ -318,6 +318,12 @@ async fn the_sdk_reads_every_ipv6_answer() {
             .starts_with("subnet-cidr-assoc-")
     );
     assert_eq!(s0.assign_ipv6_address_on_creation(), Some(true));
+    // ipamd's own client still reads a dual-stack subnet as the IPv4 subnet it manages.
+    let ipamd = cloud::aws::AwsEc2::from_client(ec2.clone());
+    let seen = cloud::Ec2::describe_subnets(&ipamd, &[]).await.unwrap();
+    let mut cidrs: Vec<String> = seen.iter().map(|s| s.cidr.to_string()).collect();
+    cidrs.sort();
+    assert_eq!(cidrs, ["10.0.0.0/24", "10.0.1.0/24"]);
 
     let got = ec2
         .assign_ipv6_addresses()
