@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 use cloud::limits::InstanceLimits;
-use ipnetwork::Ipv4Network;
+use ipnetwork::{Ipv4Network, Ipv6Network};
 use thiserror::Error;
 
 use crate::fabric::{DEFAULT_OUTSIDE_IP, OUTSIDE_LINK_NET};
@@ -29,6 +29,39 @@ impl Mode {
             Self::Fabric => "fabric",
             Self::Loopback => "loopback",
         }
+    }
+}
+
+/// The address families of the simulated VPC (`--ip-family`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum IpFamily {
+    /// IPv4 only: no IPv6 CIDR anywhere, exactly as before IPv6 existed in the simulator.
+    #[default]
+    Ipv4,
+    /// For an IPv6 cluster. The VPC and subnets are dual-stack all the same, as in AWS, where
+    /// an IPv6 EKS cluster's VPC keeps its IPv4 CIDR; the family tells the box which ipamd mode
+    /// to run.
+    Ipv6,
+    /// Dual-stack: the VPC gets an IPv6 /56 and every subnet a /64.
+    Dual,
+}
+
+impl IpFamily {
+    /// Lowercase name, as in sim.json and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ipv4 => "ipv4",
+            Self::Ipv6 => "ipv6",
+            Self::Dual => "dual",
+        }
+    }
+
+    /// Whether the VPC and its subnets get IPv6 CIDRs.
+    pub fn has_ipv6(self) -> bool {
+        self != Self::Ipv4
     }
 }
 
@@ -154,6 +187,14 @@ pub struct Cli {
     /// nodes=N; az= defaults to REGION + "a".
     #[arg(long = "subnet", default_value = "10.0.0.0/24", value_parser = parse_subnet)]
     pub subnets: Vec<SubnetSpec>,
+    /// ipv4 (no IPv6 anywhere), ipv6 or dual: with ipv6 and dual the VPC gets an IPv6 /56 and
+    /// every subnet the /64 numbered by its position, and new ENIs get an IPv6 address.
+    #[arg(long, value_enum, default_value_t = IpFamily::Ipv4)]
+    pub ip_family: IpFamily,
+    /// The VPC's IPv6 /56 with --ip-family ipv6|dual; default: drawn at random from
+    /// 2001:db8::/33 (documentation addresses).
+    #[arg(long)]
+    pub vpc_ipv6_cidr: Option<Ipv6Network>,
     /// Security group NAME to create besides the VPC's default one (repeatable).
     #[arg(long = "security-group")]
     pub security_groups: Vec<String>,
@@ -229,6 +270,14 @@ pub enum ConfigError {
         /// The CIDR given.
         cidr: Ipv4Network,
     },
+    /// --vpc-ipv6-cidr without IPv6, or not a /56.
+    #[error("--vpc-ipv6-cidr {cidr}: {why}")]
+    VpcIpv6Cidr {
+        /// The CIDR given.
+        cidr: Ipv6Network,
+        /// What is wrong with it.
+        why: &'static str,
+    },
     /// A fault plan that makes no sense.
     #[error("{flags}: {why}")]
     Fault {
@@ -283,12 +332,26 @@ impl Cli {
         if self.mode == Mode::Fabric {
             self.check_outside()?;
         }
+        if let Some(cidr) = self.vpc_ipv6_cidr {
+            let why = if !self.ip_family.has_ipv6() {
+                Some("needs --ip-family ipv6 or dual")
+            } else if cidr.prefix() != crate::model::VPC_V6_LEN || cidr.ip() != cidr.network() {
+                Some("a VPC's IPv6 CIDR is a network address with a /56 mask")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(ConfigError::VpcIpv6Cidr { cidr, why });
+            }
+        }
         Ok(Topology {
             vpc_cidr: self.vpc_cidr,
             secondary_cidrs: self.vpc_secondary_cidrs.clone(),
             region: self.region.clone(),
             subnets: self.subnets.clone(),
             security_groups: self.security_groups.clone(),
+            ipv6: self.ip_family.has_ipv6(),
+            vpc_ipv6_cidr: self.vpc_ipv6_cidr,
             nodes: self.nodes,
             instance_type: self.instance_type.clone(),
             extra_types: self
@@ -370,6 +433,54 @@ mod tests {
         );
         assert!(t.secondary_cidrs.is_empty() && t.security_groups.is_empty());
         assert_eq!(t.region, "us-west-2");
+        assert_eq!(c.ip_family, IpFamily::Ipv4);
+        assert!(!t.ipv6 && t.vpc_ipv6_cidr.is_none());
+    }
+
+    #[test]
+    fn ip_family_and_the_vpc_ipv6_cidr() {
+        for (family, ipv6) in [("ipv4", false), ("ipv6", true), ("dual", true)] {
+            let c = cli(&["--ip-family", family]).unwrap();
+            assert_eq!(c.ip_family.as_str(), family);
+            assert_eq!(c.topology().unwrap().ipv6, ipv6, "{family}");
+        }
+        assert!(cli(&["--ip-family", "ipv5"]).is_err());
+        let c = cli(&[
+            "--ip-family",
+            "dual",
+            "--vpc-ipv6-cidr",
+            "2001:db8:42:100::/56",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.topology().unwrap().vpc_ipv6_cidr.unwrap().to_string(),
+            "2001:db8:42:100::/56"
+        );
+        for (args, needle) in [
+            (
+                &["--vpc-ipv6-cidr", "2001:db8:42:100::/56"][..],
+                "needs --ip-family ipv6 or dual",
+            ),
+            (
+                &["--ip-family", "ipv6", "--vpc-ipv6-cidr", "2001:db8:42::/48"][..],
+                "/56 mask",
+            ),
+            (
+                &[
+                    "--ip-family",
+                    "ipv6",
+                    "--vpc-ipv6-cidr",
+                    "2001:db8:42:101::/56",
+                ][..],
+                "/56 mask",
+            ),
+        ] {
+            let e = cli(args).unwrap().topology().unwrap_err().to_string();
+            assert!(
+                e.starts_with("--vpc-ipv6-cidr") && e.contains(needle),
+                "{args:?}: {e}"
+            );
+        }
     }
 
     #[test]

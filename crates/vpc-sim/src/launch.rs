@@ -180,6 +180,7 @@ pub async fn launch(cli: &Cli) -> Result<Running, LaunchError> {
             primary_eni: eni.id.clone(),
             mac: eni.mac.clone(),
             primary_ip: eni.primary_ip,
+            primary_ipv6: eni.ipv6_addresses.first().map(|a| a.value),
             subnet_id: eni.subnet_id.clone(),
             az: inst.az.clone(),
             ec2_endpoint: format!("http://127.0.0.1:{ec2_port}"),
@@ -193,11 +194,13 @@ pub async fn launch(cli: &Cli) -> Result<Running, LaunchError> {
         name: cli.name.clone(),
         pid: std::process::id(),
         mode: cli.mode,
+        ip_family: cli.ip_family,
         region: vpc.region.clone(),
         vpc: VpcInfo {
             id: vpc.id.clone(),
             cidr: vpc.cidr,
             cidrs: vpc.cidrs(),
+            ipv6_cidr: vpc.ipv6_cidr,
         },
         vpc_netns: plan.as_ref().map(|p| p.vpc_netns.clone()),
         outside: plan.as_ref().map(|p| OutsideInfo {
@@ -211,6 +214,7 @@ pub async fn launch(cli: &Cli) -> Result<Running, LaunchError> {
             .map(|s| SubnetInfo {
                 id: s.id.clone(),
                 cidr: s.cidr,
+                ipv6_cidr: s.ipv6_cidr(),
                 az: s.az.clone(),
                 tags: s.tags.clone(),
             })

@@ -2,13 +2,13 @@
 
 use std::fs;
 use std::io::{self, Write};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
-use ipnetwork::Ipv4Network;
+use ipnetwork::{Ipv4Network, Ipv6Network};
 use serde::{Deserialize, Serialize};
 
-use crate::config::Mode;
+use crate::config::{IpFamily, Mode};
 use crate::model::Tags;
 
 /// File name inside the state directory.
@@ -23,6 +23,9 @@ pub struct VpcInfo {
     pub cidr: Ipv4Network,
     /// Every CIDR, the primary first.
     pub cidrs: Vec<Ipv4Network>,
+    /// Its IPv6 /56 (null without IPv6).
+    #[serde(default)]
+    pub ipv6_cidr: Option<Ipv6Network>,
 }
 
 /// One subnet.
@@ -32,6 +35,9 @@ pub struct SubnetInfo {
     pub id: String,
     /// CIDR.
     pub cidr: Ipv4Network,
+    /// Its IPv6 /64 (null without IPv6).
+    #[serde(default)]
+    pub ipv6_cidr: Option<Ipv6Network>,
     /// AZ.
     pub az: String,
     /// Tags it was created with.
@@ -64,6 +70,9 @@ pub struct NodeInfo {
     pub mac: String,
     /// Primary address.
     pub primary_ip: Ipv4Addr,
+    /// The primary ENI's IPv6 address, IMDS's `meta-data/ipv6` (null without IPv6).
+    #[serde(default)]
+    pub primary_ipv6: Option<Ipv6Addr>,
     /// Subnet.
     pub subnet_id: String,
     /// Availability zone (its subnet's).
@@ -92,6 +101,9 @@ pub struct SimFile {
     pub pid: u32,
     /// Mode.
     pub mode: Mode,
+    /// `--ip-family` (ipv4 when an older file lacks it).
+    #[serde(default)]
+    pub ip_family: IpFamily,
     /// Region.
     pub region: String,
     /// VPC.

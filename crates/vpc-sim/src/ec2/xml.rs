@@ -45,6 +45,13 @@ impl Xml {
         self
     }
 
+    /// Bare escaped text, for the members of a list of strings (`<item>value</item>`).
+    pub fn text(&mut self, value: impl Display) -> &mut Self {
+        let text = value.to_string();
+        self.buf.push_str(&escape(&text));
+        self
+    }
+
     /// `<name>value</name>` when there is a value.
     pub fn leaf_opt(&mut self, name: &str, value: Option<impl Display>) -> &mut Self {
         if let Some(v) = value {
@@ -94,10 +101,13 @@ mod tests {
             x.set("things", ["a<b", "c&d"], |x, s| {
                 x.leaf("v", s);
             });
+            x.set("strings", ["e>f"], |x, s| {
+                x.text(s);
+            });
         });
         assert_eq!(
             doc,
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<CreateTagsResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>rid-1</requestId><return>true</return><things><item><v>a&lt;b</v></item><item><v>c&amp;d</v></item></things></CreateTagsResponse>"
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<CreateTagsResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>rid-1</requestId><return>true</return><things><item><v>a&lt;b</v></item><item><v>c&amp;d</v></item></things><strings><item>e&gt;f</item></strings></CreateTagsResponse>"
         );
     }
 }

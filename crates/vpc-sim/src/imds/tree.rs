@@ -10,12 +10,14 @@ pub const ROLE: &str = "vpc-sim-node-role";
 /// Lifetime of the credentials handed out.
 const CREDENTIALS_TTL_MS: u64 = 3_600_000;
 
+/// The `meta-data/` listing; `ipv6` is there only when the instance has an IPv6 address.
 const META_DATA: &[&str] = &[
     "ami-id",
     "hostname",
     "iam/",
     "instance-id",
     "instance-type",
+    "ipv6",
     "local-hostname",
     "local-ipv4",
     "mac",
@@ -35,7 +37,17 @@ pub fn resolve(v: &InstanceView, path: &str, now_ms: u64) -> Option<String> {
     }
     let hostname = || private_dns_name(&v.region, v.primary_ip);
     let answer = match parts.as_slice() {
-        ["meta-data"] => lines(META_DATA),
+        ["meta-data"] => {
+            let has_v6 = v.primary_ipv6.is_some();
+            let items: Vec<&str> = META_DATA
+                .iter()
+                .copied()
+                .filter(|f| has_v6 || *f != "ipv6")
+                .collect();
+            lines(&items)
+        }
+        // 404 without one, as IMDS answers on an IPv4-only instance.
+        ["meta-data", "ipv6"] => v.primary_ipv6?.to_string(),
         ["meta-data", "ami-id"] => v.image_id.clone(),
         ["meta-data", "hostname" | "local-hostname"] => hostname(),
         ["meta-data", "instance-id"] => v.instance_id.clone(),
@@ -86,8 +98,16 @@ fn join(items: impl Iterator<Item = String>) -> String {
 
 fn interface_fields(i: &InterfaceView) -> Vec<&'static str> {
     let mut f = vec!["device-number", "interface-id"];
+    // Each of these is listed (and answered) only when there is something to show: IMDS
+    // answers 404 for an interface without IPv4 prefixes, IPv6 addresses or IPv6 prefixes.
     if !i.prefixes.is_empty() {
         f.push("ipv4-prefix");
+    }
+    if !i.ipv6_prefixes.is_empty() {
+        f.push("ipv6-prefix");
+    }
+    if !i.ipv6s.is_empty() {
+        f.push("ipv6s");
     }
     f.extend([
         "local-hostname",
@@ -99,10 +119,14 @@ fn interface_fields(i: &InterfaceView) -> Vec<&'static str> {
         "security-groups",
         "subnet-id",
         "subnet-ipv4-cidr-block",
-        "vpc-id",
-        "vpc-ipv4-cidr-block",
-        "vpc-ipv4-cidr-blocks",
     ]);
+    if i.subnet_ipv6_cidr.is_some() {
+        f.push("subnet-ipv6-cidr-blocks");
+    }
+    f.extend(["vpc-id", "vpc-ipv4-cidr-block", "vpc-ipv4-cidr-blocks"]);
+    if i.vpc_ipv6_cidr.is_some() {
+        f.push("vpc-ipv6-cidr-blocks");
+    }
     f
 }
 
@@ -111,6 +135,10 @@ fn interface_field(v: &InstanceView, i: &InterfaceView, field: &str) -> Option<S
         "device-number" => i.device_number.to_string(),
         "interface-id" => i.eni_id.clone(),
         "ipv4-prefix" if !i.prefixes.is_empty() => join(i.prefixes.iter().map(|p| p.to_string())),
+        "ipv6-prefix" if !i.ipv6_prefixes.is_empty() => {
+            join(i.ipv6_prefixes.iter().map(|p| p.to_string()))
+        }
+        "ipv6s" if !i.ipv6s.is_empty() => join(i.ipv6s.iter().map(|ip| ip.to_string())),
         "local-hostname" => private_dns_name(&v.region, *i.ipv4s.first()?),
         "local-ipv4s" => join(i.ipv4s.iter().map(|ip| ip.to_string())),
         "mac" => i.mac.clone(),
@@ -120,9 +148,11 @@ fn interface_field(v: &InstanceView, i: &InterfaceView, field: &str) -> Option<S
         "security-groups" => join(i.security_groups.iter().map(|(_, name)| name.clone())),
         "subnet-id" => i.subnet_id.clone(),
         "subnet-ipv4-cidr-block" => i.subnet_cidr.to_string(),
+        "subnet-ipv6-cidr-blocks" => i.subnet_ipv6_cidr?.to_string(),
         "vpc-id" => i.vpc_id.clone(),
         "vpc-ipv4-cidr-block" => i.vpc_cidrs.first()?.to_string(),
         "vpc-ipv4-cidr-blocks" => join(i.vpc_cidrs.iter().map(|c| c.to_string())),
+        "vpc-ipv6-cidr-blocks" => i.vpc_ipv6_cidr?.to_string(),
         _ => return None,
     })
 }
@@ -182,6 +212,7 @@ mod tests {
             region: "us-west-2".into(),
             primary_ip: "10.0.0.4".parse().unwrap(),
             primary_mac: "02:00:00:00:00:01".into(),
+            primary_ipv6: None,
             launched_ms: 0,
             account_id: "111122223333".into(),
             interfaces: vec![InterfaceView {
@@ -198,6 +229,10 @@ mod tests {
                 ],
                 ipv4s: vec!["10.0.0.4".parse().unwrap(), "10.0.0.5".parse().unwrap()],
                 prefixes: vec![],
+                ipv6s: vec![],
+                ipv6_prefixes: vec![],
+                subnet_ipv6_cidr: None,
+                vpc_ipv6_cidr: None,
                 security_groups: vec![
                     ("sg-1".into(), "default".into()),
                     ("sg-2".into(), "pods".into()),
@@ -254,6 +289,75 @@ mod tests {
             r(&format!("{mac}/security-groups")).as_deref(),
             Some("default\npods")
         );
+    }
+
+    #[test]
+    fn ipv4_only_shows_no_ipv6_paths() {
+        let v = view();
+        let r = |p: &str| resolve(&v, p, 0);
+        let mac = "meta-data/network/interfaces/macs/02:00:00:00:00:01";
+        for p in [
+            "meta-data/ipv6".to_string(),
+            format!("{mac}/ipv6s"),
+            format!("{mac}/ipv6-prefix"),
+            format!("{mac}/subnet-ipv6-cidr-blocks"),
+            format!("{mac}/vpc-ipv6-cidr-blocks"),
+        ] {
+            assert_eq!(r(&p), None, "{p}: 404 without IPv6");
+        }
+        assert!(!r("meta-data").unwrap().contains("ipv6"));
+        assert!(!r(&format!("{mac}/")).unwrap().contains("ipv6"));
+    }
+
+    #[test]
+    fn ipv6_paths_and_listings() {
+        let mut v = view();
+        v.primary_ipv6 = Some("2001:db8:1:200::4".parse().unwrap());
+        let i = &mut v.interfaces[0];
+        i.ipv6s = vec![
+            "2001:db8:1:200::4".parse().unwrap(),
+            "2001:db8:1:200::5".parse().unwrap(),
+        ];
+        i.ipv6_prefixes = vec!["2001:db8:1:200:1::/80".parse().unwrap()];
+        i.subnet_ipv6_cidr = Some("2001:db8:1:200::/64".parse().unwrap());
+        i.vpc_ipv6_cidr = Some("2001:db8:1:200::/56".parse().unwrap());
+        let r = |p: &str| resolve(&v, p, 0);
+        let mac = "meta-data/network/interfaces/macs/02:00:00:00:00:01";
+        assert_eq!(r("meta-data/ipv6").as_deref(), Some("2001:db8:1:200::4"));
+        assert!(r("meta-data").unwrap().lines().any(|l| l == "ipv6"));
+        assert_eq!(
+            r(&format!("{mac}/ipv6s")).as_deref(),
+            Some("2001:db8:1:200::4\n2001:db8:1:200::5")
+        );
+        assert_eq!(
+            r(&format!("{mac}/ipv6-prefix")).as_deref(),
+            Some("2001:db8:1:200:1::/80")
+        );
+        assert_eq!(
+            r(&format!("{mac}/subnet-ipv6-cidr-blocks")).as_deref(),
+            Some("2001:db8:1:200::/64")
+        );
+        assert_eq!(
+            r(&format!("{mac}/vpc-ipv6-cidr-blocks")).as_deref(),
+            Some("2001:db8:1:200::/56")
+        );
+        let listing = r(&format!("{mac}/")).unwrap();
+        let listed: Vec<&str> = listing.lines().collect();
+        for f in [
+            "ipv6-prefix",
+            "ipv6s",
+            "subnet-ipv6-cidr-blocks",
+            "vpc-ipv6-cidr-blocks",
+        ] {
+            assert!(listed.contains(&f), "{f} in {listed:?}");
+            assert!(
+                r(&format!("{mac}/{f}")).is_some(),
+                "every listed field answers: {f}"
+            );
+        }
+        let mut sorted = listed.clone();
+        sorted.sort();
+        assert_eq!(listed, sorted, "IMDS lists fields in order");
     }
 
     #[test]

@@ -43,7 +43,7 @@ impl Model {
         }
     }
 
-    fn check_prefix_support(&self, eni: &Eni) -> Result<(), ModelError> {
+    pub(super) fn check_prefix_support(&self, eni: &Eni) -> Result<(), ModelError> {
         let Some(a) = &eni.attachment else {
             return Ok(());
         };
@@ -169,7 +169,9 @@ impl Model {
     }
 }
 
-fn no_duplicates<T: std::hash::Hash + Eq + std::fmt::Display>(v: &[T]) -> Result<(), ModelError> {
+pub(super) fn no_duplicates<T: std::hash::Hash + Eq + std::fmt::Display>(
+    v: &[T],
+) -> Result<(), ModelError> {
     let mut seen = HashSet::new();
     match v.iter().find(|x| !seen.insert(*x)) {
         Some(dup) => Err(ModelError::invalid(format!(

@@ -50,6 +50,13 @@ impl Model {
         if eni.ipv4_slots() > limits.ipv4_per_eni {
             return Err(ModelError::PrivateIpLimit);
         }
+        let limit6 = super::ipv6_per_eni(&instance.instance_type, &limits);
+        if eni.ipv6_slots() > limit6 {
+            return Err(ModelError::Ipv6Limit {
+                eni_id: eni_id.to_string(),
+                limit: limit6,
+            });
+        }
         let attachment = Attachment {
             id: self.ids.id("eni-attach"),
             instance_id: instance_id.to_string(),

@@ -5,7 +5,9 @@ use std::net::Ipv4Addr;
 use ipnetwork::Ipv4Network;
 
 use super::alloc::TakeError;
-use super::{EniStatus, Model, ModelError, Stamped, Tags, UNATTACHED_IPV4_LIMIT};
+use super::{
+    EniStatus, Model, ModelError, Stamped, Tags, UNATTACHED_IPV4_LIMIT, UNATTACHED_IPV6_LIMIT,
+};
 use crate::model::types::Eni;
 
 /// CreateNetworkInterface's inputs.
@@ -23,6 +25,9 @@ pub struct CreateEni {
     pub secondary_count: u32,
     /// /28 prefixes to add at once.
     pub prefix_count: u32,
+    /// IPv6 addresses to add at once (`Ipv6AddressCount`); `None` is the subnet's default: one
+    /// when it assigns IPv6 on creation, none otherwise.
+    pub ipv6_address_count: Option<u32>,
     /// Tags.
     pub tags: Tags,
     /// The idempotency token: a request repeated with the same token and parameters gets the
@@ -123,6 +128,21 @@ impl Model {
         let prefixes = space
             .take_prefixes(req.prefix_count)
             .ok_or(ModelError::NoCidrBlocks)?;
+        let v6_count = req
+            .ipv6_address_count
+            .unwrap_or(u32::from(subnet.assign_ipv6_on_creation()));
+        let mut space6 = subnet.ipv6.as_ref().map(|v| v.space.clone());
+        let ipv6_addresses = match (&mut space6, v6_count) {
+            (_, 0) => Vec::new(),
+            (None, _) => return Err(ModelError::SubnetWithoutIpv6(subnet.id.clone())),
+            (Some(_), n) if n > UNATTACHED_IPV6_LIMIT => {
+                return Err(ModelError::Ipv6Limit {
+                    eni_id: "(new)".into(),
+                    limit: UNATTACHED_IPV6_LIMIT,
+                });
+            }
+            (Some(s6), n) => s6.take_any(n).ok_or(ModelError::SubnetFull)?,
+        };
 
         let (subnet_id, az) = (subnet.id.clone(), subnet.az.clone());
         let id = self.ids.id("eni");
@@ -139,12 +159,17 @@ impl Model {
             primary_ip,
             secondary_ips: stamp(secondaries, now_ms),
             prefixes: stamp(prefixes, now_ms),
+            ipv6_addresses: stamp(ipv6_addresses, now_ms),
+            ipv6_prefixes: Vec::new(),
             attachment: None,
             security_groups: groups,
             created_ms: now_ms,
         };
         if let Some(s) = self.subnets.get_mut(&subnet_id) {
             s.space = space;
+            if let (Some(v6), Some(space6)) = (s.ipv6.as_mut(), space6) {
+                v6.space = space6;
+            }
         }
         Ok(self.enis.entry(id).or_insert(eni).clone())
     }
@@ -170,6 +195,14 @@ impl Model {
             }
             for p in &eni.prefixes {
                 s.space.release_prefix(p.value);
+            }
+            if let Some(v6) = s.ipv6.as_mut() {
+                for ip in &eni.ipv6_addresses {
+                    v6.space.release(ip.value);
+                }
+                for p in &eni.ipv6_prefixes {
+                    v6.space.release_prefix(p.value);
+                }
             }
         }
     }

@@ -1,6 +1,6 @@
 //! Model errors, each carrying EC2's error code and message wording.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use thiserror::Error;
 
@@ -69,6 +69,25 @@ pub enum ModelError {
     /// A requested address is taken.
     #[error("The specified IP address {0} is already in use.")]
     AddressInUse(Ipv4Addr),
+    /// A requested IPv6 address is taken.
+    #[error("The specified IPv6 address {0} is already in use.")]
+    Ipv6AddressInUse(Ipv6Addr),
+    /// IPv6 asked of an ENI whose subnet has no IPv6 CIDR.
+    #[error(
+        "The subnet {0} has no IPv6 CIDR block: IPv6 addresses and prefixes cannot be assigned in it."
+    )]
+    SubnetWithoutIpv6(String),
+    /// The ENI would hold more IPv6 addresses (prefixes count as one) than its instance type
+    /// allows.
+    #[error(
+        "Network interface {eni_id} would exceed its limit of {limit} IPv6 addresses and prefixes."
+    )]
+    Ipv6Limit {
+        /// The ENI.
+        eni_id: String,
+        /// Its instance type's IPv6-per-ENI figure (0: the type has no IPv6).
+        limit: u32,
+    },
     /// A parameter has a value EC2 would refuse.
     #[error("{0}")]
     InvalidParameterValue(String),
@@ -113,7 +132,10 @@ impl ModelError {
             Self::SubnetFull => "InsufficientFreeAddressesInSubnet",
             Self::NoCidrBlocks => "InsufficientCidrBlocks",
             Self::EniInUse(_) => "InvalidNetworkInterface.InUse",
-            Self::AddressInUse(_) => "InvalidIPAddress.InUse",
+            Self::AddressInUse(_) | Self::Ipv6AddressInUse(_) => "InvalidIPAddress.InUse",
+            // EC2's error list has no IPv6 counterpart of PrivateIpAddressLimitExceeded, nor a
+            // code for a subnet without IPv6: both get the generic code, the message says which.
+            Self::SubnetWithoutIpv6(_) | Self::Ipv6Limit { .. } => "InvalidParameterValue",
             Self::InvalidParameterValue(_) => "InvalidParameterValue",
             Self::InvalidParameterCombination(_) => "InvalidParameterCombination",
             Self::OperationNotPermitted(_) => "OperationNotPermitted",

@@ -54,6 +54,11 @@ impl IdGen {
         }
     }
 
+    /// 64 random bits (the VPC's IPv6 block).
+    pub fn next_u64(&mut self) -> u64 {
+        self.rng.next_u64()
+    }
+
     /// Random hex for tokens and request ids.
     pub fn hex(&mut self, n: usize) -> String {
         self.rng.hex(n)

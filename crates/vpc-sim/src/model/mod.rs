@@ -4,7 +4,9 @@
 //! stamped, which is what lets IMDS show a lagged view without anyone sleeping.
 
 mod addresses;
+mod addresses6;
 mod alloc;
+mod alloc6;
 mod attach;
 mod enis;
 mod error;
@@ -16,21 +18,27 @@ mod view;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests6;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use cloud::limits::{InstanceLimits, InstanceTable};
-use ipnetwork::Ipv4Network;
+use ipnetwork::{Ipv4Network, Ipv6Network};
 use serde::Serialize;
 
 pub use addresses::{AssignRequest, Assigned};
+pub use addresses6::{Assign6Request, Assigned6, ipv6_per_eni};
 pub use alloc::{AddressSpace, PREFIX_LEN, TakeError};
+pub use alloc6::{Ipv6Space, PREFIX_V6_LEN, SUBNET_V6_LEN};
 pub use enis::{CreateEni, EniChange};
 pub use error::ModelError;
 pub use ids::{IdGen, well_formed};
 pub use tags::TagFilter;
-pub use types::{Attachment, Eni, EniStatus, Instance, SecurityGroup, Stamped, Subnet, Tags, Vpc};
+pub use types::{
+    Attachment, Eni, EniStatus, Instance, SecurityGroup, Stamped, Subnet, SubnetIpv6, Tags, Vpc,
+};
 pub use view::{InstanceView, InterfaceView};
 
 use crate::rand::Rng;
@@ -39,6 +47,18 @@ use crate::rand::Rng;
 pub const ACCOUNT_ID: &str = "111122223333";
 /// The largest IPv4-per-ENI figure of any instance type: the cap for an ENI not attached anywhere.
 pub const UNATTACHED_IPV4_LIMIT: u32 = 50;
+/// The same cap for IPv6 (EC2's per-ENI IPv6 figure equals the IPv4 one on every type that has IPv6).
+pub const UNATTACHED_IPV6_LIMIT: u32 = UNATTACHED_IPV4_LIMIT;
+/// Length of a VPC's Amazon-provided IPv6 CIDR.
+pub const VPC_V6_LEN: u8 = 56;
+/// Where a VPC's IPv6 /56 is drawn from when none is given: the first half of the documentation
+/// range 2001:db8::/32, so no simulated address can ever be a real one, and the other half
+/// (2001:db8:8000::/33) stays free for whatever sits outside the VPC.
+pub const VPC_V6_POOL: Ipv6Network =
+    match Ipv6Network::new_checked(Ipv6Addr::new(0x2001, 0x0db8, 0, 0, 0, 0, 0, 0), 33) {
+        Some(n) => n,
+        None => panic!("2001:db8::/33 is a valid network"),
+    };
 
 /// The private DNS name EC2 gives `ip` in `region` (`ip-10-0-0-5.us-west-2.compute.internal`).
 pub fn private_dns_name(region: &str, ip: Ipv4Addr) -> String {
@@ -115,6 +135,11 @@ pub struct Topology {
     pub extra_types: Vec<(String, InstanceLimits)>,
     /// Names of security groups to create besides the VPC's default one.
     pub security_groups: Vec<String>,
+    /// Whether the VPC gets an IPv6 /56 and every subnet a /64 of it (numbered by the subnet's
+    /// position); without, nothing about the VPC is IPv6.
+    pub ipv6: bool,
+    /// The VPC's /56 when `ipv6`; drawn from [`VPC_V6_POOL`] when `None`.
+    pub vpc_ipv6_cidr: Option<Ipv6Network>,
 }
 
 /// The whole simulated VPC.
@@ -160,6 +185,7 @@ impl Model {
             owner_id: ACCOUNT_ID.to_string(),
             default_security_group: ids.id("sg"),
             tags: Tags::new(),
+            ipv6_cidr: None,
         };
         let default_group = SecurityGroup {
             id: vpc.default_security_group.clone(),
@@ -193,6 +219,13 @@ impl Model {
         for cidr in &t.secondary_cidrs {
             m.add_vpc_cidr(*cidr)?;
         }
+        if t.ipv6 {
+            m.add_vpc_ipv6_cidr(t.vpc_ipv6_cidr)?;
+        } else if let Some(cidr) = t.vpc_ipv6_cidr {
+            return Err(ModelError::invalid(format!(
+                "The IPv6 CIDR '{cidr}' is given for a VPC without IPv6."
+            )));
+        }
         for (name, limits) in &t.extra_types {
             m.add_instance_type(name, *limits);
         }
@@ -203,6 +236,10 @@ impl Model {
         let mut placed = Vec::new();
         for spec in &t.subnets {
             let id = m.add_subnet(spec.cidr, spec.az.as_deref(), spec.tags.clone())?;
+            if t.ipv6 {
+                // Before any instance launches, so primary ENIs get their IPv6 address.
+                m.associate_subnet_ipv6_cidr(&id, None)?;
+            }
             placed.push((id, spec.nodes));
         }
         let [(first, None), rest @ ..] = placed.as_slice() else {
@@ -304,9 +341,107 @@ impl Model {
             tags,
             index: self.subnets.len(),
             space: AddressSpace::new(cidr),
+            ipv6: None,
         };
         self.subnets.insert(id.clone(), subnet);
         Ok(id)
+    }
+
+    /// Associates an IPv6 /56 with the VPC (one at most, as an Amazon-provided block): `cidr`,
+    /// or one drawn from [`VPC_V6_POOL`] with the model's random source.
+    pub fn add_vpc_ipv6_cidr(
+        &mut self,
+        cidr: Option<Ipv6Network>,
+    ) -> Result<Ipv6Network, ModelError> {
+        if let Some(have) = self.vpc.ipv6_cidr {
+            return Err(ModelError::invalid(format!(
+                "{} already has the IPv6 CIDR {have}.",
+                self.vpc.id
+            )));
+        }
+        let cidr = match cidr {
+            Some(c) if c.prefix() == VPC_V6_LEN && c.ip() == c.network() => c,
+            Some(c) => {
+                return Err(ModelError::invalid(format!(
+                    "The IPv6 CIDR '{c}' is invalid: a VPC's IPv6 CIDR is a network address with a /56 mask."
+                )));
+            }
+            None => self.draw_vpc_ipv6_cidr()?,
+        };
+        self.vpc.ipv6_cidr = Some(cidr);
+        Ok(cidr)
+    }
+
+    fn draw_vpc_ipv6_cidr(&mut self) -> Result<Ipv6Network, ModelError> {
+        let pool = u128::from(VPC_V6_POOL.network());
+        let choices = 1u128 << (VPC_V6_LEN - VPC_V6_POOL.prefix());
+        let n = u128::from(self.ids.next_u64()) % choices;
+        let start = pool | (n << (128 - VPC_V6_LEN));
+        Ipv6Network::new(Ipv6Addr::from(start), VPC_V6_LEN)
+            .map_err(|e| ModelError::invalid(format!("drawing the VPC's IPv6 CIDR: {e}")))
+    }
+
+    /// Associates an IPv6 /64 of the VPC's /56 with a subnet (EC2's AssociateSubnetCidrBlock):
+    /// `cidr`, or the lowest /64 no other subnet has. One per subnet, as in EC2.
+    pub fn associate_subnet_ipv6_cidr(
+        &mut self,
+        subnet_id: &str,
+        cidr: Option<Ipv6Network>,
+    ) -> Result<Ipv6Network, ModelError> {
+        let subnet = self.subnet(subnet_id)?;
+        let Some(vpc6) = self.vpc.ipv6_cidr else {
+            return Err(ModelError::invalid(format!(
+                "{} has no IPv6 CIDR block to take a subnet CIDR from.",
+                self.vpc.id
+            )));
+        };
+        if let Some(have) = subnet.ipv6_cidr() {
+            return Err(ModelError::invalid(format!(
+                "{subnet_id} already has the IPv6 CIDR {have}."
+            )));
+        }
+        let taken: Vec<Ipv6Network> = self
+            .subnets
+            .values()
+            .filter_map(|s| s.ipv6_cidr())
+            .collect();
+        let cidr = match cidr {
+            Some(c) => {
+                if c.prefix() != SUBNET_V6_LEN || c.ip() != c.network() || !vpc6.contains(c.ip()) {
+                    return Err(ModelError::invalid(format!(
+                        "The IPv6 CIDR '{c}' is invalid: a subnet's IPv6 CIDR is a /64 inside the VPC's {vpc6}."
+                    )));
+                }
+                if taken.contains(&c) {
+                    return Err(ModelError::invalid(format!(
+                        "The IPv6 CIDR '{c}' conflicts with another subnet."
+                    )));
+                }
+                c
+            }
+            None => {
+                let per_vpc = 1u128 << (SUBNET_V6_LEN - VPC_V6_LEN);
+                let base = u128::from(vpc6.network());
+                (0..per_vpc)
+                    .filter_map(|i| {
+                        let ip = Ipv6Addr::from(base | (i << (128 - SUBNET_V6_LEN)));
+                        Ipv6Network::new(ip, SUBNET_V6_LEN).ok()
+                    })
+                    .find(|c| !taken.contains(c))
+                    .ok_or_else(|| {
+                        ModelError::invalid(format!("Every /64 of {vpc6} is taken by a subnet."))
+                    })?
+            }
+        };
+        let association_id = self.ids.id("subnet-cidr-assoc");
+        if let Some(s) = self.subnets.get_mut(subnet_id) {
+            s.ipv6 = Some(SubnetIpv6 {
+                cidr,
+                association_id,
+                space: Ipv6Space::new(cidr),
+            });
+        }
+        Ok(cidr)
     }
 
     /// Launches an instance with a primary ENI (device 0, DeleteOnTermination) in `subnet_id`,
@@ -317,12 +452,15 @@ impl Model {
         subnet_id: &str,
         now_ms: u64,
     ) -> Result<String, ModelError> {
-        self.limits(instance_type)?;
+        let limits = self.limits(instance_type)?;
         let az = self.subnet(subnet_id)?.az.clone();
+        // A type without IPv6 launches into an IPv6 subnet with an IPv4-only primary ENI.
+        let no_ipv6 = ipv6_per_eni(instance_type, &limits) == 0;
         let eni_id = self
             .create_eni(
                 CreateEni {
                     subnet_id: subnet_id.to_string(),
+                    ipv6_address_count: no_ipv6.then_some(0),
                     ..CreateEni::default()
                 },
                 now_ms,
@@ -445,6 +583,14 @@ impl Model {
     /// Whether `ip` is assigned anywhere in the VPC.
     pub fn address_in_use(&self, ip: Ipv4Addr) -> bool {
         self.subnets.values().any(|s| s.space.in_use(ip))
+    }
+
+    /// Whether the IPv6 address `ip` is assigned anywhere in the VPC (alone or in a prefix).
+    pub fn ipv6_in_use(&self, ip: Ipv6Addr) -> bool {
+        self.subnets
+            .values()
+            .filter_map(|s| s.ipv6.as_ref())
+            .any(|v| v.space.in_use(ip))
     }
 
     /// Everything, for `GET /_sim/state`.

@@ -20,6 +20,8 @@ fn topology(subnets: &[&str], nodes: usize, ty: &str) -> Topology {
             .map(|s| SubnetSpec::new(s.parse().unwrap()))
             .collect(),
         security_groups: vec![],
+        ipv6: false,
+        vpc_ipv6_cidr: None,
         nodes,
         instance_type: ty.into(),
         extra_types: vec![(

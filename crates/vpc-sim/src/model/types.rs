@@ -1,12 +1,13 @@
 //! The resources the model holds.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
-use ipnetwork::Ipv4Network;
+use ipnetwork::{Ipv4Network, Ipv6Network};
 use serde::Serialize;
 
 use super::alloc::AddressSpace;
+use super::alloc6::Ipv6Space;
 
 /// Key -> value tags of a resource.
 pub type Tags = BTreeMap<String, String>;
@@ -30,6 +31,10 @@ pub struct Vpc {
     pub default_security_group: String,
     /// Tags.
     pub tags: Tags,
+    /// Its IPv6 /56, when it has one (left out of the JSON when not, so an IPv4 VPC reads as it
+    /// always did).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ipv6_cidr: Option<Ipv6Network>,
 }
 
 impl Vpc {
@@ -71,6 +76,20 @@ pub struct Subnet {
     pub index: usize,
     #[serde(skip)]
     pub(crate) space: AddressSpace,
+    /// Its IPv6 /64, when one is associated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ipv6: Option<SubnetIpv6>,
+}
+
+/// A subnet's IPv6 CIDR association and its address bookkeeping.
+#[derive(Debug, Clone, Serialize)]
+pub struct SubnetIpv6 {
+    /// The /64.
+    pub cidr: Ipv6Network,
+    /// `subnet-cidr-assoc-...`.
+    pub association_id: String,
+    #[serde(skip)]
+    pub(crate) space: Ipv6Space,
 }
 
 impl Subnet {
@@ -82,6 +101,18 @@ impl Subnet {
     /// The router address (.1), the default gateway of everything in the subnet.
     pub fn router(&self) -> Ipv4Addr {
         self.space.router()
+    }
+
+    /// Its IPv6 /64, if any.
+    pub fn ipv6_cidr(&self) -> Option<Ipv6Network> {
+        self.ipv6.as_ref().map(|v| v.cidr)
+    }
+
+    /// Whether a new ENI here gets an IPv6 address without asking: EC2's subnet attribute
+    /// AssignIpv6AddressOnCreation, which the simulator sets on every subnet with an IPv6 CIDR
+    /// (EKS requires it of an IPv6 cluster's subnets).
+    pub fn assign_ipv6_on_creation(&self) -> bool {
+        self.ipv6.is_some()
     }
 }
 
@@ -187,6 +218,12 @@ pub struct Eni {
     pub secondary_ips: Vec<Stamped<Ipv4Addr>>,
     /// Delegated /28 prefixes, in assignment order.
     pub prefixes: Vec<Stamped<Ipv4Network>>,
+    /// IPv6 addresses, in assignment order (none of them is EC2's "primary IPv6").
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ipv6_addresses: Vec<Stamped<Ipv6Addr>>,
+    /// Delegated IPv6 /80 prefixes, in assignment order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ipv6_prefixes: Vec<Stamped<Ipv6Network>>,
     /// Attachment, when attached.
     pub attachment: Option<Attachment>,
     /// Security group ids.
@@ -200,6 +237,12 @@ impl Eni {
     /// one address against the per-ENI limit).
     pub fn ipv4_slots(&self) -> u32 {
         1 + self.secondary_ips.len() as u32 + self.prefixes.len() as u32
+    }
+
+    /// IPv6 slots in use: each address and each prefix (a prefix counts as one address against
+    /// the per-ENI IPv6 limit, as an IPv4 prefix does against the IPv4 one).
+    pub fn ipv6_slots(&self) -> u32 {
+        self.ipv6_addresses.len() as u32 + self.ipv6_prefixes.len() as u32
     }
 
     /// Every private address: primary first, then secondaries.

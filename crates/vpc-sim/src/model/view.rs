@@ -5,9 +5,9 @@
 //! applied when reading, not a delay anyone waits for. Whatever existed at launch is visible at
 //! once. Removals (detach, unassign) show immediately.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
-use ipnetwork::Ipv4Network;
+use ipnetwork::{Ipv4Network, Ipv6Network};
 
 use super::{ACCOUNT_ID, Model};
 
@@ -28,6 +28,8 @@ pub struct InstanceView {
     pub primary_ip: Ipv4Addr,
     /// Primary ENI's MAC.
     pub primary_mac: String,
+    /// Primary ENI's first visible IPv6 address (IMDS `meta-data/ipv6`).
+    pub primary_ipv6: Option<Ipv6Addr>,
     /// Launch time, ms since the epoch.
     pub launched_ms: u64,
     /// Owner account.
@@ -59,6 +61,14 @@ pub struct InterfaceView {
     pub ipv4s: Vec<Ipv4Addr>,
     /// Visible prefixes.
     pub prefixes: Vec<Ipv4Network>,
+    /// Visible IPv6 addresses.
+    pub ipv6s: Vec<Ipv6Addr>,
+    /// Visible IPv6 /80 prefixes.
+    pub ipv6_prefixes: Vec<Ipv6Network>,
+    /// The subnet's IPv6 CIDR, if any.
+    pub subnet_ipv6_cidr: Option<Ipv6Network>,
+    /// The VPC's IPv6 CIDR, if any.
+    pub vpc_ipv6_cidr: Option<Ipv6Network>,
     /// Security groups: (id, name).
     pub security_groups: Vec<(String, String)>,
 }
@@ -102,6 +112,20 @@ impl Model {
                         .filter(|s| visible(s.at_ms))
                         .map(|s| s.value)
                         .collect(),
+                    ipv6s: eni
+                        .ipv6_addresses
+                        .iter()
+                        .filter(|s| visible(s.at_ms))
+                        .map(|s| s.value)
+                        .collect(),
+                    ipv6_prefixes: eni
+                        .ipv6_prefixes
+                        .iter()
+                        .filter(|s| visible(s.at_ms))
+                        .map(|s| s.value)
+                        .collect(),
+                    subnet_ipv6_cidr: subnet.ipv6_cidr(),
+                    vpc_ipv6_cidr: self.vpc.ipv6_cidr,
                     security_groups: eni
                         .security_groups
                         .iter()
@@ -109,7 +133,12 @@ impl Model {
                         .collect(),
                 })
             })
-            .collect();
+            .collect::<Vec<InterfaceView>>();
+        // The instance's IPv6 as IMDS shows it: the primary interface's first, once visible.
+        let primary_ipv6 = interfaces
+            .iter()
+            .find(|i| i.device_number == 0)
+            .and_then(|i| i.ipv6s.first().copied());
         Some(InstanceView {
             instance_id: inst.id.clone(),
             instance_type: inst.instance_type.clone(),
@@ -118,6 +147,7 @@ impl Model {
             region: self.vpc.region.clone(),
             primary_ip: primary.primary_ip,
             primary_mac: primary.mac.clone(),
+            primary_ipv6,
             launched_ms: inst.launched_ms,
             account_id: ACCOUNT_ID.to_string(),
             interfaces,

@@ -154,6 +154,8 @@ pub fn topology(instance_type: &str, subnets: &[&str], nodes: usize) -> Topology
             .map(|s| SubnetSpec::new(s.parse().unwrap()))
             .collect(),
         security_groups: vec![],
+        ipv6: false,
+        vpc_ipv6_cidr: None,
         nodes,
         instance_type: instance_type.into(),
         extra_types: vec![sim_big()],

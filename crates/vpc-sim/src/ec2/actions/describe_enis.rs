@@ -23,6 +23,7 @@ const FILTERS: &[&str] = &[
     "mac-address",
     "private-ip-address",
     "addresses.private-ip-address",
+    "ipv6-addresses.ipv6-address",
     "group-id",
     "interface-type",
     "owner-id",
@@ -50,6 +51,11 @@ fn values(e: &Eni, name: &str) -> Vec<String> {
         "mac-address" => vec![e.mac.clone()],
         "private-ip-address" => vec![e.primary_ip.to_string()],
         "addresses.private-ip-address" => e.private_ips().map(|ip| ip.to_string()).collect(),
+        "ipv6-addresses.ipv6-address" => e
+            .ipv6_addresses
+            .iter()
+            .map(|a| a.value.to_string())
+            .collect(),
         "group-id" => e.security_groups.clone(),
         "interface-type" => vec!["interface".into()],
         "owner-id" => vec![crate::model::ACCOUNT_ID.to_string()],

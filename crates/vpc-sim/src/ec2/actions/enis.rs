@@ -14,7 +14,6 @@ const UNSUPPORTED: &[&str] = &[
     "PrivateIpAddresses",
     "Ipv4Prefix",
     "Ipv6Addresses",
-    "Ipv6AddressCount",
     "Ipv6Prefix",
     "Ipv6PrefixCount",
     "InterfaceType",
@@ -36,6 +35,7 @@ pub fn create(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
         primary_ip: p.parsed::<Ipv4Addr>("PrivateIpAddress")?,
         secondary_count: p.parsed("SecondaryPrivateIpAddressCount")?.unwrap_or(0),
         prefix_count: p.parsed("Ipv4PrefixCount")?.unwrap_or(0),
+        ipv6_address_count: p.parsed("Ipv6AddressCount")?,
         tags,
         client_token: p.get("ClientToken").map(str::to_string),
     };

@@ -7,7 +7,7 @@ use cloud::limits::InstanceLimits;
 use crate::ec2::filter::{Page, matches};
 use crate::ec2::xml::Xml;
 use crate::ec2::{Ctx, Ec2Error};
-use crate::model::ModelError;
+use crate::model::{ModelError, ipv6_per_eni};
 
 /// DescribeInstanceTypes: `InstanceType.N` from the instance table. Without names it lists the
 /// types in use and the extra types (the embedded table cannot be enumerated).
@@ -76,9 +76,10 @@ fn instance_type(x: &mut Xml, name: &str, l: &InstanceLimits) {
                 .leaf("networkPerformance", "Up to 5 Gigabit")
                 .leaf("maximumNetworkInterfaces", l.max_enis);
         });
+        let v6 = ipv6_per_eni(name, l);
         x.leaf("ipv4AddressesPerInterface", l.ipv4_per_eni)
-            .leaf("ipv6AddressesPerInterface", l.ipv4_per_eni)
-            .leaf("ipv6Supported", true)
+            .leaf("ipv6AddressesPerInterface", v6)
+            .leaf("ipv6Supported", v6 > 0)
             .leaf("enaSupport", if l.nitro { "required" } else { "supported" })
             .leaf("efaSupported", false)
             .leaf("encryptionInTransitSupported", false);

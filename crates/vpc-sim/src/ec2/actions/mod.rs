@@ -1,6 +1,7 @@
 //! One module per group of EC2 actions.
 
 pub mod addresses;
+pub mod addresses6;
 pub mod attach;
 pub mod describe_enis;
 pub mod enis;

@@ -67,6 +67,15 @@ pub fn network_interface(x: &mut Xml, m: &Model, eni: &Eni, shape: EniShape) {
     x.set("ipv4PrefixSet", &eni.prefixes, |x, p| {
         x.leaf("ipv4Prefix", p.value);
     });
-    x.set("ipv6AddressesSet", std::iter::empty::<()>(), |_, _| {});
+    x.set("ipv6AddressesSet", &eni.ipv6_addresses, |x, a| {
+        // The simulator models no "primary IPv6" (EnablePrimaryIpv6), as the CNI uses none.
+        x.leaf("ipv6Address", a.value).leaf("isPrimaryIpv6", false);
+    });
+    // Only when there is one, so an IPv4-only ENI is written exactly as before IPv6 existed.
+    if !eni.ipv6_prefixes.is_empty() {
+        x.set("ipv6PrefixSet", &eni.ipv6_prefixes, |x, p| {
+            x.leaf("ipv6Prefix", p.value);
+        });
+    }
     x.leaf("interfaceType", "interface");
 }

@@ -14,6 +14,9 @@ const FILTERS: &[&str] = &[
     "cidr",
     "cidrBlock",
     "state",
+    "ipv6-cidr-block-association.ipv6-cidr-block",
+    "ipv6-cidr-block-association.association-id",
+    "ipv6-cidr-block-association.state",
 ];
 
 fn values(m: &Model, s: &Subnet, name: &str) -> Vec<String> {
@@ -27,6 +30,15 @@ fn values(m: &Model, s: &Subnet, name: &str) -> Vec<String> {
         "availability-zone-id" => vec![az_id(&s.az)],
         "cidr-block" | "cidr" | "cidrBlock" => vec![s.cidr.to_string()],
         "state" => vec!["available".into()],
+        "ipv6-cidr-block-association.ipv6-cidr-block" => {
+            s.ipv6.iter().map(|v| v.cidr.to_string()).collect()
+        }
+        "ipv6-cidr-block-association.association-id" => {
+            s.ipv6.iter().map(|v| v.association_id.clone()).collect()
+        }
+        "ipv6-cidr-block-association.state" => {
+            s.ipv6.iter().map(|_| "associated".to_string()).collect()
+        }
         _ => Vec::new(),
     }
 }
@@ -68,17 +80,21 @@ pub fn describe(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
                 .leaf("ownerId", &vpc.owner_id)
                 .leaf("vpcId", &vpc.id)
                 .leaf("cidrBlock", s.cidr)
-                .set(
-                    "ipv6CidrBlockAssociationSet",
-                    std::iter::empty::<()>(),
-                    |_, _| {},
-                )
+                .set("ipv6CidrBlockAssociationSet", &s.ipv6, |x, v6| {
+                    x.leaf("associationId", &v6.association_id)
+                        .leaf("ipv6CidrBlock", v6.cidr);
+                    x.node("ipv6CidrBlockState", |x| {
+                        x.leaf("state", "associated");
+                    });
+                    x.leaf("ipv6AddressAttribute", "public")
+                        .leaf("ipSource", "amazon");
+                })
                 .leaf("availableIpAddressCount", s.available_ip_address_count())
                 .leaf("availabilityZone", &s.az)
                 .leaf("availabilityZoneId", az_id(&s.az))
                 .leaf("defaultForAz", false)
                 .leaf("mapPublicIpOnLaunch", false)
-                .leaf("assignIpv6AddressOnCreation", false)
+                .leaf("assignIpv6AddressOnCreation", s.assign_ipv6_on_creation())
                 .tags(&s.tags);
         });
         x.leaf_opt("nextToken", next.as_ref());
