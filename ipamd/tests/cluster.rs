@@ -21,6 +21,7 @@ fn subnet(id: &str, cidr: &str, tags: &[(&str, &str)]) -> Subnet {
     Subnet {
         id: id.into(),
         cidr,
+        ipv6_cidr: None,
         availability_zone: "us-west-2a".into(),
         vpc_id: "vpc-1".into(),
         available_ips: cidr.size() - 5,

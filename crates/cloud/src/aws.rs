@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
+use std::str::FromStr;
 use std::time::Duration;
 
 use aws_config::BehaviorVersion;
@@ -15,7 +16,7 @@ use aws_config::timeout::TimeoutConfig;
 use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_ec2::types::{
     Filter, InstanceType, InstanceTypeHypervisor, NetworkInterfaceAttachmentChanges, ResourceType,
-    Tag, TagSpecification,
+    SubnetCidrBlockStateCode, Tag, TagSpecification,
 };
 
 /// The SDK itself, for callers that need to build their own client (tests against moto).
@@ -25,7 +26,7 @@ use crate::{
     Attachment, CloudError, CloudErrorKind, CreateEni, Ec2, EniFilter, Imds, InstanceLimits,
     NetworkInterface, Subnet,
 };
-use ipnetwork::Ipv4Network;
+use ipnetwork::{Ipv4Network, Ipv6Network};
 
 /// IMDS through aws-config (IMDSv2, token cached and refreshed by the client).
 #[derive(Clone, Debug)]
@@ -39,6 +40,23 @@ impl AwsImds {
         Self {
             client: aws_config::imds::Client::builder().build(),
         }
+    }
+
+    /// A client for an explicit endpoint (`http://host:port`), for callers that must not go
+    /// through the process-wide environment variable (tests running several simulated nodes).
+    pub fn with_endpoint(endpoint: &str) -> Result<Self, CloudError> {
+        let builder = aws_config::imds::Client::builder()
+            .endpoint(endpoint)
+            .map_err(|e| {
+                CloudError::new(
+                    "IMDS",
+                    CloudErrorKind::Invalid,
+                    format!("endpoint {endpoint:?}: {e}"),
+                )
+            })?;
+        Ok(Self {
+            client: builder.build(),
+        })
     }
 }
 
@@ -142,6 +160,18 @@ fn ipv4(api: &str, what: &str, s: &str) -> Result<Ipv4Addr, CloudError> {
     })
 }
 
+/// A value of EC2's answer parsed as `T`; `what` names the field and `expected` what it should
+/// have been, for the error.
+fn parsed<T: FromStr>(api: &str, what: &str, s: &str, expected: &str) -> Result<T, CloudError> {
+    s.parse().map_err(|_| {
+        CloudError::new(
+            api,
+            CloudErrorKind::Other,
+            format!("EC2 returned {what} {s:?}, not {expected}"),
+        )
+    })
+}
+
 /// A field the answer of `api` lacks although ipamd needs it: an error that names both, never
 /// a silent empty value.
 fn missing(api: &str, what: &str) -> CloudError {
@@ -189,6 +219,18 @@ fn to_network_interface(
             })?);
         }
     }
+    let ipv6_addresses = eni
+        .ipv6_addresses()
+        .iter()
+        .filter_map(|a| a.ipv6_address())
+        .map(|a| parsed(api, &field("Ipv6Address"), a, "an IPv6 address"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let ipv6_prefixes = eni
+        .ipv6_prefixes()
+        .iter()
+        .filter_map(|p| p.ipv6_prefix())
+        .map(|p| parsed(api, &field("Ipv6Prefix"), p, "an IPv6 network"))
+        .collect::<Result<Vec<_>, _>>()?;
     let attachment = match eni.attachment() {
         None => None,
         Some(a) => Some(Attachment {
@@ -214,6 +256,8 @@ fn to_network_interface(
         primary_ip,
         secondary_ips,
         prefixes,
+        ipv6_addresses,
+        ipv6_prefixes,
         attachment,
         security_groups: eni
             .groups()
@@ -239,6 +283,19 @@ fn to_subnet(api: &str, s: &aws_sdk_ec2::types::Subnet) -> Result<Subnet, CloudE
     let id = required(api, "SubnetId", s.subnet_id())?;
     let field = |name: &str| format!("{name} of {id}");
     let cidr = required(api, &field("CidrBlock"), s.cidr_block())?;
+    // Associations being removed or that failed are not the subnet's CIDR; EC2 lets a subnet
+    // have one associated IPv6 block at a time.
+    let ipv6_cidr = s
+        .ipv6_cidr_block_association_set()
+        .iter()
+        .filter(|a| {
+            a.ipv6_cidr_block_state()
+                .and_then(|st| st.state())
+                .is_none_or(|st| *st == SubnetCidrBlockStateCode::Associated)
+        })
+        .find_map(|a| a.ipv6_cidr_block())
+        .map(|c| parsed::<Ipv6Network>(api, &field("Ipv6CidrBlock"), c, "an IPv6 network"))
+        .transpose()?;
     let available = s
         .available_ip_address_count()
         .ok_or_else(|| missing(api, &field("AvailableIpAddressCount")))?;
@@ -251,6 +308,7 @@ fn to_subnet(api: &str, s: &aws_sdk_ec2::types::Subnet) -> Result<Subnet, CloudE
                 format!("EC2 returned CidrBlock {cidr:?} of {id}, not an IPv4 network"),
             )
         })?,
+        ipv6_cidr,
         availability_zone: required(api, &field("AvailabilityZone"), s.availability_zone())?
             .to_string(),
         vpc_id: required(api, &field("VpcId"), s.vpc_id())?.to_string(),
@@ -566,6 +624,42 @@ impl Ec2 for AwsEc2 {
         Ok(())
     }
 
+    async fn assign_ipv6_prefixes(
+        &self,
+        eni_id: &str,
+        count: u32,
+    ) -> Result<Vec<Ipv6Network>, CloudError> {
+        let api = "AssignIpv6Addresses";
+        let out = self
+            .client
+            .assign_ipv6_addresses()
+            .network_interface_id(eni_id)
+            .ipv6_prefix_count(count.min(i32::MAX as u32) as i32)
+            .send()
+            .await
+            .map_err(|e| sdk_error(api, e))?;
+        out.assigned_ipv6_prefixes()
+            .iter()
+            .map(|p| parsed(api, "prefix", p, "an IPv6 network"))
+            .collect()
+    }
+
+    async fn unassign_ipv6_prefixes(
+        &self,
+        eni_id: &str,
+        prefixes: &[Ipv6Network],
+    ) -> Result<(), CloudError> {
+        let api = "UnassignIpv6Addresses";
+        self.client
+            .unassign_ipv6_addresses()
+            .network_interface_id(eni_id)
+            .set_ipv6_prefixes(Some(prefixes.iter().map(Ipv6Network::to_string).collect()))
+            .send()
+            .await
+            .map_err(|e| sdk_error(api, e))?;
+        Ok(())
+    }
+
     async fn find_network_interfaces(
         &self,
         filters: &[EniFilter],
@@ -718,6 +812,7 @@ mod tests {
             vec![Subnet {
                 id: "subnet-1".into(),
                 cidr: "100.64.1.0/24".parse().unwrap(),
+                ipv6_cidr: None,
                 availability_zone: "us-west-2b".into(),
                 vpc_id: "vpc-1".into(),
                 available_ips: 247,
@@ -753,5 +848,91 @@ mod tests {
         }
         let e = lacks(complete_subnet().cidr_block("2600::/64").build());
         assert!(e.contains("CidrBlock \"2600::/64\" of subnet-1"), "{e}");
+    }
+
+    #[test]
+    fn an_enis_ipv6_addresses_and_prefixes_convert_and_a_bad_one_is_named() {
+        use aws_sdk_ec2::types::{Ipv6PrefixSpecification, NetworkInterfaceIpv6Address};
+        let api = "DescribeNetworkInterfaces";
+        let addr = |a: &str| {
+            NetworkInterfaceIpv6Address::builder()
+                .ipv6_address(a)
+                .build()
+        };
+        let prefix = |p: &str| Ipv6PrefixSpecification::builder().ipv6_prefix(p).build();
+        let eni = complete()
+            .ipv6_addresses(addr("2001:db8::4"))
+            .ipv6_addresses(addr("2001:db8::5"))
+            .ipv6_prefixes(prefix("2001:db8:0:0:1::/80"))
+            .build();
+        let got = to_network_interface(api, &eni).unwrap();
+        assert_eq!(
+            got.ipv6_addresses,
+            [
+                "2001:db8::4".parse::<std::net::Ipv6Addr>().unwrap(),
+                "2001:db8::5".parse().unwrap()
+            ]
+        );
+        assert_eq!(
+            got.ipv6_prefixes,
+            ["2001:db8:0:0:1::/80".parse::<Ipv6Network>().unwrap()]
+        );
+        let v4 = to_network_interface(api, &complete().build()).unwrap();
+        assert!(v4.ipv6_addresses.is_empty() && v4.ipv6_prefixes.is_empty());
+
+        let bad = complete().ipv6_addresses(addr("10.0.0.9")).build();
+        let e = to_network_interface(api, &bad).unwrap_err().to_string();
+        assert!(
+            e.contains("Ipv6Address of eni-1 \"10.0.0.9\", not an IPv6 address"),
+            "{e}"
+        );
+        let bad = complete().ipv6_prefixes(prefix("2001:db8::/200")).build();
+        let e = to_network_interface(api, &bad).unwrap_err().to_string();
+        assert!(e.contains("Ipv6Prefix of eni-1 \"2001:db8::/200\""), "{e}");
+    }
+
+    #[test]
+    fn a_subnets_associated_ipv6_cidr_is_read_and_others_are_not() {
+        use aws_sdk_ec2::types::{SubnetCidrBlockState, SubnetIpv6CidrBlockAssociation};
+        let api = "DescribeSubnets";
+        let assoc = |cidr: &str, state: SubnetCidrBlockStateCode| {
+            SubnetIpv6CidrBlockAssociation::builder()
+                .ipv6_cidr_block(cidr)
+                .ipv6_cidr_block_state(SubnetCidrBlockState::builder().state(state).build())
+                .build()
+        };
+        let dual = complete_subnet()
+            .ipv6_cidr_block_association_set(assoc(
+                "2001:db8:0:7::/64",
+                SubnetCidrBlockStateCode::Disassociated,
+            ))
+            .ipv6_cidr_block_association_set(assoc(
+                "2001:db8:0:8::/64",
+                SubnetCidrBlockStateCode::Associated,
+            ))
+            .build();
+        assert_eq!(
+            to_subnet(api, &dual).unwrap().ipv6_cidr,
+            Some("2001:db8:0:8::/64".parse().unwrap()),
+            "the disassociated block is not the subnet's"
+        );
+        let gone = complete_subnet()
+            .ipv6_cidr_block_association_set(assoc(
+                "2001:db8:0:7::/64",
+                SubnetCidrBlockStateCode::Disassociating,
+            ))
+            .build();
+        assert_eq!(to_subnet(api, &gone).unwrap().ipv6_cidr, None);
+        let bad = complete_subnet()
+            .ipv6_cidr_block_association_set(assoc(
+                "10.0.0.0/24",
+                SubnetCidrBlockStateCode::Associated,
+            ))
+            .build();
+        let e = to_subnet(api, &bad).unwrap_err().to_string();
+        assert!(
+            e.contains("Ipv6CidrBlock of subnet-1 \"10.0.0.0/24\", not an IPv6 network"),
+            "{e}"
+        );
     }
 }

@@ -1,10 +1,10 @@
 //! In-memory stand-ins for the cloud seams, for daemon tests that need no network.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use ipnetwork::Ipv4Network;
+use ipnetwork::{Ipv4Network, Ipv6Network};
 
 use crate::{
     Attachment, CloudError, CloudErrorKind, CreateEni, Ec2, EniFilter, Imds, InstanceLimits,
@@ -63,6 +63,8 @@ struct Ec2State {
     calls: Vec<String>,
     /// IPv4 addresses per ENI, the ENI's primary included (0 = no limit).
     ipv4_per_eni: u32,
+    /// IPv6 addresses and /80 prefixes per ENI, each prefix counting one (0 = no limit).
+    ipv6_per_eni: u32,
     /// ENIs per instance (0 = no limit).
     max_enis: u32,
     /// Ids handed out so far.
@@ -88,6 +90,12 @@ impl FakeEc2 {
     /// Limits every ENI to `n` IPv4 addresses, its primary included, as the instance type does.
     pub fn set_ipv4_per_eni(&self, n: u32) {
         self.lock().ipv4_per_eni = n;
+    }
+
+    /// Limits every ENI to `n` IPv6 addresses and /80 prefixes together (a prefix counts one),
+    /// as EC2's `Ipv6AddressesPerInterface` does.
+    pub fn set_ipv6_per_eni(&self, n: u32) {
+        self.lock().ipv6_per_eni = n;
     }
 
     /// Limits every instance to `n` attached ENIs.
@@ -123,7 +131,8 @@ impl FakeEc2 {
         s.enis.insert(eni.id.clone(), eni);
     }
 
-    /// Makes DescribeSubnets know a subnet, and CreateNetworkInterface able to use it. Its
+    /// Makes DescribeSubnets know a subnet, and CreateNetworkInterface able to use it; its
+    /// `ipv6_cidr`, if any, is the /64 that AssignIpv6Addresses delegates /80s of. Its
     /// `available_ips` is not taken from `subnet`: the fake counts what is free when asked, its
     /// CIDR's hosts minus AWS's reserved ones and the addresses its ENIs hold.
     pub fn add_subnet(&self, subnet: Subnet) {
@@ -233,6 +242,26 @@ fn take_prefix_block(free: &mut Vec<Ipv4Addr>) -> Option<Ipv4Network> {
         .find(|start| (*start..start + 16).all(|a| free.contains(&Ipv4Addr::from(a))))?;
     free.retain(|ip| !(start..start + 16).contains(&u32::from(*ip)));
     Ipv4Network::new(Ipv4Addr::from(start), 28).ok()
+}
+
+/// /80s in a /64.
+const PREFIXES_80_PER_64: u128 = 1 << 16;
+
+/// Takes `count` /80s of the /64 `subnet` that are not in `held`, lowest first, or none at
+/// all when fewer are free. The first /80 is never delegated: the subnet's own IPv6 addresses
+/// come from it (vpc-sim hands out prefixes the same way, so the two agree in tests).
+fn take_ipv6_prefixes(
+    subnet: Ipv6Network,
+    held: &[Ipv6Network],
+    count: u32,
+) -> Option<Vec<Ipv6Network>> {
+    let base = u128::from(subnet.network());
+    let new: Vec<Ipv6Network> = (1..PREFIXES_80_PER_64)
+        .filter_map(|i| Ipv6Network::new(Ipv6Addr::from(base | (i << 48)), 80).ok())
+        .filter(|p| !held.contains(p))
+        .take(count as usize)
+        .collect();
+    (new.len() == count as usize).then_some(new)
 }
 
 fn no_cidr_block(api: &str, subnet: &str) -> CloudError {
@@ -642,6 +671,71 @@ impl Ec2 for FakeEc2 {
         Ok(())
     }
 
+    async fn assign_ipv6_prefixes(
+        &self,
+        eni_id: &str,
+        count: u32,
+    ) -> Result<Vec<Ipv6Network>, CloudError> {
+        let api = "AssignIpv6Addresses";
+        let mut s = self.begin(api, format!("{eni_id},ipv6-prefixes={count}"))?;
+        let eni = s.eni(api, eni_id)?.clone();
+        let per_eni = s.ipv6_per_eni;
+        let slots = eni.ipv6_addresses.len() + eni.ipv6_prefixes.len();
+        if per_eni > 0 && slots as u32 + count > per_eni {
+            // EC2 has no dedicated code for this limit; vpc-sim answers the same.
+            return Err(CloudError::from_code(
+                api,
+                "InvalidParameterValue",
+                format!(
+                    "Network interface {eni_id} would exceed its limit of {per_eni} IPv6 addresses and prefixes."
+                ),
+            ));
+        }
+        let subnet = s
+            .subnets
+            .get(&eni.subnet_id)
+            .and_then(|subnet| subnet.ipv6_cidr)
+            .ok_or_else(|| {
+                CloudError::from_code(
+                    api,
+                    "InvalidParameterValue",
+                    format!("The subnet {} has no IPv6 CIDR block.", eni.subnet_id),
+                )
+            })?;
+        let held: Vec<Ipv6Network> = s
+            .enis
+            .values()
+            .filter(|e| e.subnet_id == eni.subnet_id)
+            .flat_map(|e| e.ipv6_prefixes.iter().copied())
+            .collect();
+        let new = take_ipv6_prefixes(subnet, &held, count)
+            .ok_or_else(|| no_cidr_block(api, &eni.subnet_id))?;
+        if let Some(e) = s.enis.get_mut(eni_id) {
+            e.ipv6_prefixes.extend(&new);
+        }
+        Ok(new)
+    }
+
+    async fn unassign_ipv6_prefixes(
+        &self,
+        eni_id: &str,
+        prefixes: &[Ipv6Network],
+    ) -> Result<(), CloudError> {
+        let api = "UnassignIpv6Addresses";
+        let mut s = self.begin(api, format!("{eni_id},ipv6-prefixes"))?;
+        let eni = s.eni_mut(api, eni_id)?;
+        if let Some(p) = prefixes.iter().find(|p| !eni.ipv6_prefixes.contains(p)) {
+            return Err(CloudError::new(
+                api,
+                CloudErrorKind::Invalid,
+                format!("prefix {p} is not delegated to {eni_id}"),
+            ));
+        }
+        // Free again as soon as no ENI holds it: the allocator looks at what ENIs hold.
+        eni.ipv6_prefixes.retain(|p| !prefixes.contains(p));
+        Ok(())
+    }
+
     async fn find_network_interfaces(
         &self,
         filters: &[EniFilter],
@@ -702,6 +796,9 @@ impl Ec2 for FakeEc2 {
                     "vpc-id" => one(subnet.vpc_id.clone()),
                     "availability-zone" => one(subnet.availability_zone.clone()),
                     "cidr-block" => one(subnet.cidr.to_string()),
+                    "ipv6-cidr-block-association.ipv6-cidr-block" => {
+                        Some(subnet.ipv6_cidr.iter().map(|c| c.to_string()).collect())
+                    }
                     name => tag_values(name, &subnet.tags),
                 }
             };
@@ -725,6 +822,7 @@ mod tests {
         Subnet {
             id: id.into(),
             cidr: cidr.parse().unwrap(),
+            ipv6_cidr: None,
             availability_zone: az.into(),
             vpc_id: "vpc-1".into(),
             available_ips: 0,
@@ -837,5 +935,144 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(created.primary_ip, Some("10.0.0.6".parse().unwrap()));
+    }
+
+    /// A dual-stack fake: `subnet-a` 10.0.0.0/24 with the /64 `2001:db8:0:1::/64`, `subnet-4`
+    /// IPv4 only, and one ENI in each.
+    fn dual() -> FakeEc2 {
+        let ec2 = FakeEc2::default();
+        ec2.add_subnet(Subnet {
+            ipv6_cidr: Some("2001:db8:0:1::/64".parse().unwrap()),
+            ..subnet("subnet-a", "10.0.0.0/24", "us-west-2a", &[])
+        });
+        ec2.add_subnet(subnet("subnet-4", "10.0.1.0/24", "us-west-2a", &[]));
+        for (id, subnet) in [
+            ("eni-1", "subnet-a"),
+            ("eni-2", "subnet-a"),
+            ("eni-4", "subnet-4"),
+        ] {
+            ec2.add_eni(
+                NetworkInterface {
+                    id: id.into(),
+                    subnet_id: subnet.into(),
+                    ..NetworkInterface::default()
+                },
+                "10.0.0.0/16".parse().unwrap(),
+            );
+        }
+        ec2
+    }
+
+    fn v6(prefixes: &[&str]) -> Vec<Ipv6Network> {
+        prefixes.iter().map(|p| p.parse().unwrap()).collect()
+    }
+
+    #[tokio::test]
+    async fn ipv6_prefixes_are_delegated_lowest_first_per_subnet_and_given_back() {
+        let ec2 = dual();
+        let got = ec2.assign_ipv6_prefixes("eni-1", 2).await.unwrap();
+        assert_eq!(
+            got,
+            v6(&["2001:db8:0:1:1::/80", "2001:db8:0:1:2::/80"]),
+            "the first /80 holds the subnet's addresses"
+        );
+        // Another ENI of the same subnet never gets a prefix eni-1 holds.
+        let other = ec2.assign_ipv6_prefixes("eni-2", 1).await.unwrap();
+        assert_eq!(other, v6(&["2001:db8:0:1:3::/80"]));
+        assert_eq!(
+            ec2.describe_network_interfaces(&["eni-1".into()])
+                .await
+                .unwrap()[0]
+                .ipv6_prefixes,
+            got
+        );
+        assert_eq!(ec2.assign_ipv6_prefixes("eni-1", 0).await.unwrap(), []);
+
+        ec2.unassign_ipv6_prefixes("eni-1", &got[..1])
+            .await
+            .unwrap();
+        assert_eq!(ec2.eni("eni-1").unwrap().ipv6_prefixes, got[1..]);
+        let again = ec2.assign_ipv6_prefixes("eni-2", 1).await.unwrap();
+        assert_eq!(again, got[..1], "a given-back /80 is free again");
+        assert_eq!(
+            ec2.calls()[..2],
+            [
+                "AssignIpv6Addresses(eni-1,ipv6-prefixes=2)",
+                "AssignIpv6Addresses(eni-2,ipv6-prefixes=1)"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn ipv6_prefix_calls_are_all_or_nothing() {
+        let ec2 = dual();
+        ec2.set_ipv6_per_eni(3);
+        ec2.assign_ipv6_prefixes("eni-1", 2).await.unwrap();
+        let err = ec2.assign_ipv6_prefixes("eni-1", 2).await.unwrap_err();
+        assert_eq!(err.code.as_deref(), Some("InvalidParameterValue"), "{err}");
+        assert!(err.message.contains("limit of 3"), "{err}");
+        assert_eq!(
+            ec2.eni("eni-1").unwrap().ipv6_prefixes.len(),
+            2,
+            "none of the two taken"
+        );
+        ec2.assign_ipv6_prefixes("eni-1", 1).await.unwrap();
+
+        // One prefix that is not the ENI's fails the whole call: the ENI keeps both.
+        let held = ec2.eni("eni-1").unwrap().ipv6_prefixes;
+        let stranger = v6(&["2001:db8:0:1:77::/80"]);
+        let err = ec2
+            .unassign_ipv6_prefixes("eni-1", &[held[0], stranger[0]])
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, CloudErrorKind::Invalid, "{err}");
+        assert_eq!(ec2.eni("eni-1").unwrap().ipv6_prefixes, held);
+
+        // The subnet runs out: 65535 /80s in a /64 besides the first; asking one more than is
+        // free takes none.
+        ec2.set_ipv6_per_eni(0);
+        let err = ec2
+            .assign_ipv6_prefixes("eni-2", 65535 - 2)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, CloudErrorKind::SubnetFull, "{err}");
+        assert!(ec2.eni("eni-2").unwrap().ipv6_prefixes.is_empty());
+        let all = ec2.assign_ipv6_prefixes("eni-2", 65535 - 3).await.unwrap();
+        assert_eq!(all.last(), Some(&"2001:db8:0:1:ffff::/80".parse().unwrap()));
+    }
+
+    #[tokio::test]
+    async fn ipv6_prefixes_need_an_ipv6_subnet_and_a_known_eni() {
+        let ec2 = dual();
+        let err = ec2.assign_ipv6_prefixes("eni-4", 1).await.unwrap_err();
+        assert_eq!(err.code.as_deref(), Some("InvalidParameterValue"), "{err}");
+        assert!(err.message.contains("subnet-4 has no IPv6"), "{err}");
+        let err = ec2.assign_ipv6_prefixes("eni-none", 1).await.unwrap_err();
+        assert_eq!(err.kind, CloudErrorKind::NotFound);
+        let err = ec2
+            .unassign_ipv6_prefixes("eni-none", &v6(&["2001:db8:0:1:1::/80"]))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, CloudErrorKind::NotFound);
+    }
+
+    #[tokio::test]
+    async fn subnets_carry_and_filter_by_their_ipv6_cidr() {
+        let ec2 = dual();
+        let by_v6 = ec2
+            .describe_subnets(&[EniFilter::new(
+                "ipv6-cidr-block-association.ipv6-cidr-block",
+                "2001:db8:0:1::/64",
+            )])
+            .await
+            .unwrap();
+        assert_eq!(ids(&by_v6), ["subnet-a"]);
+        assert_eq!(
+            by_v6[0].ipv6_cidr,
+            Some("2001:db8:0:1::/64".parse().unwrap())
+        );
+        let all = ec2.describe_subnets(&[]).await.unwrap();
+        assert_eq!(ids(&all), ["subnet-4", "subnet-a"]);
+        assert_eq!(all[0].ipv6_cidr, None);
     }
 }

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::Ipv4Addr;
 
-use ipnetwork::Ipv4Network;
+use ipnetwork::{Ipv4Network, Ipv6Network};
 
 pub use error::{CloudError, CloudErrorKind, classify_code};
 pub use identity::{
@@ -114,6 +114,21 @@ pub trait Ec2: Send + Sync + 'static {
         &self,
         eni_id: &str,
         prefixes: &[Ipv4Network],
+    ) -> impl Future<Output = Result<(), CloudError>> + Send;
+
+    /// Delegates `count` new /80 IPv6 prefixes to an ENI (AssignIpv6Addresses with
+    /// Ipv6PrefixCount) and returns the new ones. All or nothing, as EC2 does.
+    fn assign_ipv6_prefixes(
+        &self,
+        eni_id: &str,
+        count: u32,
+    ) -> impl Future<Output = Result<Vec<Ipv6Network>, CloudError>> + Send;
+
+    /// Returns IPv6 prefixes (UnassignIpv6Addresses with Ipv6Prefix).
+    fn unassign_ipv6_prefixes(
+        &self,
+        eni_id: &str,
+        prefixes: &[Ipv6Network],
     ) -> impl Future<Output = Result<(), CloudError>> + Send;
 
     /// ENIs matching every filter (DescribeNetworkInterfaces with filters, all pages).
@@ -235,6 +250,22 @@ impl<T: Ec2> Ec2 for std::sync::Arc<T> {
         prefixes: &[Ipv4Network],
     ) -> impl Future<Output = Result<(), CloudError>> + Send {
         (**self).unassign_ipv4_prefixes(eni_id, prefixes)
+    }
+
+    fn assign_ipv6_prefixes(
+        &self,
+        eni_id: &str,
+        count: u32,
+    ) -> impl Future<Output = Result<Vec<Ipv6Network>, CloudError>> + Send {
+        (**self).assign_ipv6_prefixes(eni_id, count)
+    }
+
+    fn unassign_ipv6_prefixes(
+        &self,
+        eni_id: &str,
+        prefixes: &[Ipv6Network],
+    ) -> impl Future<Output = Result<(), CloudError>> + Send {
+        (**self).unassign_ipv6_prefixes(eni_id, prefixes)
     }
 
     fn find_network_interfaces(

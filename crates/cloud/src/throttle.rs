@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use ipnetwork::Ipv4Network;
+use ipnetwork::{Ipv4Network, Ipv6Network};
 use thiserror::Error;
 use tokio::time::Instant;
 
@@ -400,6 +400,28 @@ impl<E: Ec2> Ec2 for Throttled<E> {
         .await
     }
 
+    async fn assign_ipv6_prefixes(
+        &self,
+        eni_id: &str,
+        count: u32,
+    ) -> Result<Vec<Ipv6Network>, CloudError> {
+        self.call("AssignIpv6Addresses", || {
+            self.inner.assign_ipv6_prefixes(eni_id, count)
+        })
+        .await
+    }
+
+    async fn unassign_ipv6_prefixes(
+        &self,
+        eni_id: &str,
+        prefixes: &[Ipv6Network],
+    ) -> Result<(), CloudError> {
+        self.call("UnassignIpv6Addresses", || {
+            self.inner.unassign_ipv6_prefixes(eni_id, prefixes)
+        })
+        .await
+    }
+
     async fn find_network_interfaces(
         &self,
         filters: &[EniFilter],
@@ -546,6 +568,52 @@ mod tests {
         assert_eq!(
             fake.calls(),
             ["DescribeSubnets(0 filters)", "DescribeSubnets(0 filters)"]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ipv6_prefix_calls_are_throttled_and_retried_as_their_own_apis() {
+        let fake = Arc::new(FakeEc2::default());
+        fake.fail_next(
+            "AssignIpv6Addresses",
+            vec![throttled("AssignIpv6Addresses")],
+        );
+        fake.fail_next(
+            "UnassignIpv6Addresses",
+            vec![throttled("UnassignIpv6Addresses")],
+        );
+        let recorder = Arc::new(Recorder::default());
+        let ec2 = throttled_ec2(&fake, quick())
+            .with_observer(Arc::clone(&recorder) as Arc<dyn CallObserver>);
+        // The fake knows no eni-x: each call ends NotFound once its throttling was retried.
+        let e = ec2.assign_ipv6_prefixes("eni-x", 1).await.unwrap_err();
+        assert_eq!(e.kind, CloudErrorKind::NotFound, "{e}");
+        let e = ec2
+            .unassign_ipv6_prefixes("eni-x", &["2001:db8:0:0:1::/80".parse().unwrap()])
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, CloudErrorKind::NotFound, "{e}");
+        assert_eq!(ec2.stats().retries.load(Ordering::Relaxed), 2);
+        let apis: Vec<String> = recorder
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(a, _)| a.clone())
+            .collect();
+        assert_eq!(
+            apis,
+            [
+                "AssignIpv6Addresses",
+                "AssignIpv6Addresses",
+                "UnassignIpv6Addresses",
+                "UnassignIpv6Addresses"
+            ]
+        );
+        assert_eq!(
+            ec2.buckets.lock().unwrap().len(),
+            2,
+            "a bucket of their own each"
         );
     }
 

@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
-use ipnetwork::Ipv4Network;
+use ipnetwork::{Ipv4Network, Ipv6Network};
 
 /// An ENI as EC2 describes it (the fields ipamd uses).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -24,6 +24,10 @@ pub struct NetworkInterface {
     pub secondary_ips: Vec<Ipv4Addr>,
     /// Delegated /28 prefixes.
     pub prefixes: Vec<Ipv4Network>,
+    /// IPv6 addresses, the ENI's primary IPv6 (if it has one) included, in EC2's order.
+    pub ipv6_addresses: Vec<Ipv6Addr>,
+    /// Delegated /80 IPv6 prefixes.
+    pub ipv6_prefixes: Vec<Ipv6Network>,
     /// Attachment, when attached.
     pub attachment: Option<Attachment>,
     /// Security group ids.
@@ -54,6 +58,8 @@ pub struct Subnet {
     pub id: String,
     /// Its IPv4 CIDR.
     pub cidr: Ipv4Network,
+    /// Its IPv6 /64, when one is associated (EC2 lets a subnet have at most one).
+    pub ipv6_cidr: Option<Ipv6Network>,
     /// Availability zone, e.g. `us-west-2a`.
     pub availability_zone: String,
     /// VPC.

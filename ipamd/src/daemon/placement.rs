@@ -234,6 +234,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             subnets.push(Subnet {
                 id: id.primary_eni.subnet_id.clone(),
                 cidr: id.primary_eni.subnet_cidr,
+                // Not in the node identity; placement picks by IPv4 room alone.
+                ipv6_cidr: None,
                 availability_zone: id.availability_zone.clone(),
                 vpc_id: id.vpc_id.clone(),
                 available_ips: 0,
@@ -274,6 +276,7 @@ mod tests {
         Subnet {
             id: id.into(),
             cidr: "10.0.0.0/24".parse().unwrap(),
+            ipv6_cidr: None,
             availability_zone: "us-west-2a".into(),
             vpc_id: "vpc-1".into(),
             available_ips: free,
