@@ -1,7 +1,7 @@
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
-use ipnetwork::Ipv4Network;
+use ipnetwork::{Ipv4Network, Ipv6Network};
 
 use crate::{CloudError, CloudErrorKind, Imds};
 
@@ -18,6 +18,8 @@ pub struct NodeIdentity {
     pub availability_zone: String,
     /// The primary ENI's primary address.
     pub primary_ip: Ipv4Addr,
+    /// The node's IPv6 address (`meta-data/ipv6`); `None` on an instance without one.
+    pub primary_ipv6: Option<Ipv6Addr>,
     /// The VPC.
     pub vpc_id: String,
     /// The VPC's IPv4 CIDRs.
@@ -41,6 +43,10 @@ pub struct EniMetadata {
     pub subnet_cidr: Ipv4Network,
     /// IPv4 addresses, the ENI's primary first.
     pub local_ipv4s: Vec<Ipv4Addr>,
+    /// IPv6 addresses (`ipv6s`); empty when the ENI has none.
+    pub ipv6s: Vec<Ipv6Addr>,
+    /// Delegated /80 IPv6 prefixes (`ipv6-prefix`); empty when the ENI has none.
+    pub ipv6_prefixes: Vec<Ipv6Network>,
 }
 
 impl EniMetadata {
@@ -64,6 +70,19 @@ async fn required<I: Imds>(imds: &I, path: &str) -> Result<String, CloudError> {
             "missing from instance metadata",
         )),
     }
+}
+
+/// The value at `path` parsed, or `None` when IMDS has no such path (or an empty one).
+async fn optional<I: Imds, T: FromStr>(imds: &I, path: &str) -> Result<Option<T>, CloudError> {
+    match imds.get(path).await? {
+        Some(v) if !v.trim().is_empty() => parse(path, &v).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// The lines at `path` parsed; a missing path (404) is none, as for an ENI without prefixes.
+async fn optional_lines<I: Imds, T: FromStr>(imds: &I, path: &str) -> Result<Vec<T>, CloudError> {
+    lines(path, &imds.get(path).await?.unwrap_or_default())
 }
 
 fn parse<T: FromStr>(path: &str, value: &str) -> Result<T, CloudError> {
@@ -101,6 +120,8 @@ pub async fn node_identity<I: Imds>(imds: &I) -> Result<NodeIdentity, CloudError
         "meta-data/local-ipv4",
         &required(imds, "meta-data/local-ipv4").await?,
     )?;
+    // IMDS leaves the path out (404) on an instance without an IPv6 address.
+    let primary_ipv6 = optional(imds, "meta-data/ipv6").await?;
     let mac = required(imds, "meta-data/mac").await?.to_ascii_lowercase();
     let primary_eni = eni_metadata(imds, &mac).await?;
     let base = format!("{MACS}{mac}");
@@ -119,6 +140,7 @@ pub async fn node_identity<I: Imds>(imds: &I) -> Result<NodeIdentity, CloudError
         region,
         availability_zone,
         primary_ip,
+        primary_ipv6,
         vpc_id,
         vpc_cidrs,
         primary_eni,
@@ -134,6 +156,10 @@ pub struct EniAddresses {
     pub secondary_ips: Vec<Ipv4Addr>,
     /// Delegated /28 prefixes.
     pub prefixes: Vec<Ipv4Network>,
+    /// IPv6 addresses (`ipv6s`), all of them: IMDS marks none as the ENI's own.
+    pub ipv6s: Vec<Ipv6Addr>,
+    /// Delegated /80 IPv6 prefixes (`ipv6-prefix`).
+    pub ipv6_prefixes: Vec<Ipv6Network>,
 }
 
 /// The MACs of the instance's attached ENIs, lower case.
@@ -166,11 +192,25 @@ pub async fn eni_addresses<I: Imds>(imds: &I, mac: &str) -> Result<EniAddresses,
         &prefixes_path,
         &imds.get(&prefixes_path).await?.unwrap_or_default(),
     )?;
+    let (ipv6s, ipv6_prefixes) = ipv6_of(imds, mac).await?;
     Ok(EniAddresses {
         // IMDS lists the ENI's own address first.
         secondary_ips: ips.into_iter().skip(1).collect(),
         prefixes,
+        ipv6s,
+        ipv6_prefixes,
     })
+}
+
+/// The IPv6 addresses and /80 prefixes of the ENI with `mac`; none for an ENI (or a VPC)
+/// without IPv6, where IMDS answers 404.
+async fn ipv6_of<I: Imds>(
+    imds: &I,
+    mac: &str,
+) -> Result<(Vec<Ipv6Addr>, Vec<Ipv6Network>), CloudError> {
+    let ipv6s = optional_lines(imds, &format!("{MACS}{mac}/ipv6s")).await?;
+    let prefixes = optional_lines(imds, &format!("{MACS}{mac}/ipv6-prefix")).await?;
+    Ok((ipv6s, prefixes))
 }
 
 /// Reads one attached ENI by MAC.
@@ -184,6 +224,7 @@ pub async fn eni_metadata<I: Imds>(imds: &I, mac: &str) -> Result<EniMetadata, C
     let subnet_cidr = parse(&cidr_path, &required(imds, &cidr_path).await?)?;
     let ips_path = format!("{base}/local-ipv4s");
     let local_ipv4s = lines(&ips_path, &required(imds, &ips_path).await?)?;
+    let (ipv6s, ipv6_prefixes) = ipv6_of(imds, mac).await?;
     Ok(EniMetadata {
         mac: mac.to_string(),
         eni_id,
@@ -191,6 +232,8 @@ pub async fn eni_metadata<I: Imds>(imds: &I, mac: &str) -> Result<EniMetadata, C
         subnet_id,
         subnet_cidr,
         local_ipv4s,
+        ipv6s,
+        ipv6_prefixes,
     })
 }
 
@@ -295,5 +338,44 @@ mod tests {
             e.to_string().contains("ipv4-prefix") && e.to_string().contains("nonsense"),
             "{e}"
         );
+    }
+
+    #[tokio::test]
+    async fn ipv6_is_read_when_imds_has_it_and_none_when_it_answers_404() {
+        let m = format!("meta-data/network/interfaces/macs/{MAC}");
+        let v4 = imds();
+        let id = node_identity(&v4).await.unwrap();
+        assert_eq!(id.primary_ipv6, None);
+        assert!(id.primary_eni.ipv6s.is_empty() && id.primary_eni.ipv6_prefixes.is_empty());
+        let a = eni_addresses(&v4, MAC).await.unwrap();
+        assert!(a.ipv6s.is_empty() && a.ipv6_prefixes.is_empty());
+
+        let mut dual = imds();
+        dual.set("meta-data/ipv6", "2001:db8::4");
+        dual.set(&format!("{m}/ipv6s"), "2001:db8::4\n2001:db8::5\n");
+        dual.set(&format!("{m}/ipv6-prefix"), "2001:db8:0:0:1::/80\n");
+        let id = node_identity(&dual).await.unwrap();
+        assert_eq!(id.primary_ipv6, Some("2001:db8::4".parse().unwrap()));
+        let ipv6s: Vec<Ipv6Addr> = vec![
+            "2001:db8::4".parse().unwrap(),
+            "2001:db8::5".parse().unwrap(),
+        ];
+        let prefixes: Vec<Ipv6Network> = vec!["2001:db8:0:0:1::/80".parse().unwrap()];
+        assert_eq!(id.primary_eni.ipv6s, ipv6s);
+        assert_eq!(id.primary_eni.ipv6_prefixes, prefixes);
+        assert_eq!(id.primary_eni.local_ipv4s.len(), 3, "IPv4 reads as before");
+        let a = eni_addresses(&dual, MAC).await.unwrap();
+        assert_eq!((a.ipv6s, a.ipv6_prefixes), (ipv6s, prefixes));
+
+        dual.set("meta-data/ipv6", "10.0.0.10");
+        let e = node_identity(&dual).await.unwrap_err().to_string();
+        assert!(
+            e.contains("meta-data/ipv6") && e.contains("10.0.0.10"),
+            "{e}"
+        );
+        dual.set("meta-data/ipv6", "2001:db8::4");
+        dual.set(&format!("{m}/ipv6-prefix"), "2001:db8::/200\n");
+        let e = eni_addresses(&dual, MAC).await.unwrap_err().to_string();
+        assert!(e.contains("ipv6-prefix") && e.contains("/200"), "{e}");
     }
 }

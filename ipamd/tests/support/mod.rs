@@ -70,6 +70,7 @@ pub fn identity(instance_type: &str) -> NodeIdentity {
         region: "us-west-2".into(),
         availability_zone: "us-west-2a".into(),
         primary_ip: Ipv4Addr::new(10, 0, 0, 10),
+        primary_ipv6: None,
         vpc_id: "vpc-1".into(),
         vpc_cidrs: vec!["10.0.0.0/16".parse().unwrap()],
         primary_eni: EniMetadata {
@@ -79,6 +80,8 @@ pub fn identity(instance_type: &str) -> NodeIdentity {
             subnet_id: "subnet-1".into(),
             subnet_cidr: "10.0.0.0/24".parse().unwrap(),
             local_ipv4s: vec![Ipv4Addr::new(10, 0, 0, 10)],
+            ipv6s: Vec::new(),
+            ipv6_prefixes: Vec::new(),
         },
     }
 }
