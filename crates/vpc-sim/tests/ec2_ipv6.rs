@@ -1,6 +1,7 @@
 //! IPv6 over the EC2 Query API and IMDS, in-process: the wire shapes (checked element by
 //! element and read back by the real aws-sdk-ec2 client), the errors, the limits, and what
-//! IMDS shows; and an IPv4-only simulator that stays free of IPv6.
+//! IMDS shows; and an IPv4-only simulator that stays free of IPv6. Last, ipamd's own cloud seam
+//! (`cloud::aws` behind `cloud::throttle`, and `cloud`'s IMDS reading) against all of it.
 
 mod common;
 
@@ -8,7 +9,9 @@ use std::net::Ipv6Addr;
 
 use axum::body::Body;
 use axum::http::Request;
-use cloud::aws::sdk;
+use cloud::aws::{AwsEc2, AwsImds, sdk};
+use cloud::throttle::{ThrottlePolicy, Throttled};
+use cloud::{CloudErrorKind, Ec2};
 use common::{Harness, Reply, sdk_client, topology};
 use ipnetwork::Ipv6Network;
 use sdk::config::retry::RetryConfig;
@@ -529,4 +532,152 @@ fn the_binary_takes_ip_family_and_writes_ipv6_cidrs_to_sim_json() {
     assert_eq!(f.vpc.ipv6_cidr, None);
     let status = sim.terminate();
     assert!(status.success(), "exit {status}:\n{}", sim.log());
+}
+
+// --- ipamd's own cloud seam (cloud::aws behind cloud::throttle, as ipamd builds it) ---------
+
+/// ipamd's EC2 client against the harness: the real SDK client, behind the throttle layer.
+async fn ipamd_ec2(h: &Harness) -> Throttled<AwsEc2> {
+    let client = sdk_client(&serve(h).await, RetryConfig::disabled());
+    Throttled::new(AwsEc2::from_client(client), ThrottlePolicy::default()).unwrap()
+}
+
+/// ipamd's IMDS client against the instance's IMDS, served on a real socket.
+async fn ipamd_imds(h: &Harness, instance: &str) -> AwsImds {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = h.imds(instance);
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    AwsImds::with_endpoint(&format!("http://{addr}")).unwrap()
+}
+
+fn nets(prefixes: &[&str]) -> Vec<Ipv6Network> {
+    prefixes.iter().map(|p| p.parse().unwrap()).collect()
+}
+
+#[tokio::test]
+async fn ipamds_client_delegates_80s_reads_them_back_and_gives_them_back() {
+    let h = dual();
+    let (inst, eni) = h.instance(0);
+    let ec2 = ipamd_ec2(&h).await;
+
+    let subnets = ec2.describe_subnets(&[]).await.unwrap();
+    assert_eq!(subnets.len(), 2);
+    for i in 0..2 {
+        let s = subnets.iter().find(|s| s.id == h.subnet(i)).unwrap();
+        let want: Ipv6Network = format!("2001:db8:5:120{i}::/64").parse().unwrap();
+        assert_eq!(s.ipv6_cidr, Some(want), "{}", s.id);
+    }
+
+    let got = ec2.assign_ipv6_prefixes(&eni, 2).await.unwrap();
+    assert_eq!(
+        got,
+        nets(&["2001:db8:5:1200:1::/80", "2001:db8:5:1200:2::/80"])
+    );
+    let described = &ec2
+        .describe_network_interfaces(std::slice::from_ref(&eni))
+        .await
+        .unwrap()[0];
+    let own: Ipv6Addr = "2001:db8:5:1200::4".parse().unwrap();
+    assert_eq!(described.ipv6_addresses, [own]);
+    assert_eq!(described.ipv6_prefixes, got);
+    let attached = ec2.describe_instance_enis(&inst).await.unwrap();
+    assert_eq!(attached.len(), 1);
+    assert_eq!(
+        (&attached[0].ipv6_addresses, &attached[0].ipv6_prefixes),
+        (&described.ipv6_addresses, &got)
+    );
+    assert!(
+        described.primary_ip.is_some() && described.secondary_ips.is_empty(),
+        "IPv4 reads as before: {described:?}"
+    );
+
+    // A t3.medium ENI holds 6 IPv6 addresses and prefixes: 3 held, 4 more is refused whole.
+    let e = ec2.assign_ipv6_prefixes(&eni, 4).await.unwrap_err();
+    assert_eq!(e.code.as_deref(), Some("InvalidParameterValue"), "{e}");
+    assert_eq!(e.kind, CloudErrorKind::Invalid, "{e}");
+    assert_eq!(e.api, "AssignIpv6Addresses");
+    let now = &ec2
+        .describe_network_interfaces(std::slice::from_ref(&eni))
+        .await
+        .unwrap()[0];
+    assert_eq!(now.ipv6_prefixes, got, "nothing of the refused call taken");
+
+    ec2.unassign_ipv6_prefixes(&eni, &got[..1]).await.unwrap();
+    let now = &ec2
+        .describe_network_interfaces(std::slice::from_ref(&eni))
+        .await
+        .unwrap()[0];
+    assert_eq!(now.ipv6_prefixes, got[1..]);
+    assert_eq!(now.ipv6_addresses, [own], "the ENI's own address stays");
+    let again = ec2.assign_ipv6_prefixes(&eni, 1).await.unwrap();
+    assert_eq!(again, got[..1], "the /80 given back is delegated again");
+
+    let e = ec2
+        .unassign_ipv6_prefixes(&eni, &nets(&["2001:db8:5:1200:77::/80"]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.api, "UnassignIpv6Addresses");
+    assert_eq!(e.kind, CloudErrorKind::Invalid, "{e}");
+    let e = ec2
+        .assign_ipv6_prefixes("eni-0000000000000000f", 1)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, CloudErrorKind::NotFound, "{e}");
+}
+
+#[tokio::test]
+async fn ipamds_client_on_an_ipv4_only_vpc_sees_no_ipv6_and_is_refused_prefixes() {
+    let h = Harness::basic();
+    let (inst, eni) = h.instance(0);
+    let ec2 = ipamd_ec2(&h).await;
+    let subnets = ec2.describe_subnets(&[]).await.unwrap();
+    assert_eq!(subnets.len(), 1);
+    assert_eq!(subnets[0].ipv6_cidr, None);
+    let enis = ec2.describe_instance_enis(&inst).await.unwrap();
+    assert!(enis[0].ipv6_addresses.is_empty() && enis[0].ipv6_prefixes.is_empty());
+    let e = ec2.assign_ipv6_prefixes(&eni, 1).await.unwrap_err();
+    assert_eq!(e.code.as_deref(), Some("InvalidParameterValue"), "{e}");
+    assert!(e.message.contains("no IPv6 CIDR"), "{e}");
+}
+
+#[tokio::test]
+async fn ipamds_identity_reads_the_nodes_and_enis_ipv6_from_imds() {
+    let h = dual();
+    let (inst, eni) = h.instance(0);
+    let imds = ipamd_imds(&h, &inst).await;
+    let own: Ipv6Addr = "2001:db8:5:1200::4".parse().unwrap();
+
+    let id = cloud::node_identity(&imds).await.unwrap();
+    assert_eq!(id.instance_id, inst);
+    assert_eq!(id.primary_ipv6, Some(own));
+    assert_eq!(id.primary_eni.eni_id, eni);
+    assert_eq!(id.primary_eni.ipv6s, [own]);
+    assert!(
+        id.primary_eni.ipv6_prefixes.is_empty(),
+        "no prefix yet: IMDS answers 404"
+    );
+    assert_eq!(id.primary_eni.subnet_cidr.to_string(), "10.0.0.0/24");
+
+    let ec2 = ipamd_ec2(&h).await;
+    let got = ec2.assign_ipv6_prefixes(&eni, 2).await.unwrap();
+    let mac = id.primary_eni.mac.clone();
+    let a = cloud::eni_addresses(&imds, &mac).await.unwrap();
+    assert_eq!(a.ipv6s, [own]);
+    assert_eq!(a.ipv6_prefixes, got);
+    let m = cloud::eni_metadata(&imds, &mac).await.unwrap();
+    assert_eq!((m.ipv6s, m.ipv6_prefixes), (vec![own], got));
+
+    // IPv4 only: every IPv6 path is a 404, read as none; IPv4 reads as before.
+    let v4 = Harness::basic();
+    let (inst4, _) = v4.instance(0);
+    let imds4 = ipamd_imds(&v4, &inst4).await;
+    let id4 = cloud::node_identity(&imds4).await.unwrap();
+    assert_eq!(id4.primary_ipv6, None);
+    assert!(id4.primary_eni.ipv6s.is_empty() && id4.primary_eni.ipv6_prefixes.is_empty());
+    assert_eq!(id4.primary_eni.primary_ip(), Some(id4.primary_ip));
+    let a4 = cloud::eni_addresses(&imds4, &id4.primary_eni.mac)
+        .await
+        .unwrap();
+    assert_eq!(a4, cloud::EniAddresses::default());
 }
