@@ -5,21 +5,78 @@ use std::net::Ipv4Addr;
 
 use ipnetwork::Ipv4Network;
 
+use super::alloc::{Space, TakeError};
 use super::enis::{ip_take_error, prefix_take_error, stamp};
 use super::{Model, ModelError, UNATTACHED_IPV4_LIMIT};
 use crate::model::types::Eni;
 
-/// What to assign: exactly one of EC2's four forms.
+/// What to assign: exactly one of EC2's four forms, in either family (the parameter names are
+/// AssignPrivateIpAddresses' / AssignIpv6Addresses').
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AssignRequest {
-    /// `SecondaryPrivateIpAddressCount`.
+pub enum Request<A, N> {
+    /// `SecondaryPrivateIpAddressCount` / `Ipv6AddressCount`.
     Count(u32),
-    /// `PrivateIpAddress.N`.
-    Addresses(Vec<Ipv4Addr>),
-    /// `Ipv4PrefixCount`.
+    /// `PrivateIpAddress.N` / `Ipv6Addresses.N`.
+    Addresses(Vec<A>),
+    /// `Ipv4PrefixCount` / `Ipv6PrefixCount` (/80 prefixes).
     PrefixCount(u32),
-    /// `Ipv4Prefix.N`.
-    Prefixes(Vec<Ipv4Network>),
+    /// `Ipv4Prefix.N` / `Ipv6Prefix.N`.
+    Prefixes(Vec<N>),
+}
+
+/// AssignPrivateIpAddresses' request.
+pub type AssignRequest = Request<Ipv4Addr, Ipv4Network>;
+
+impl<A, N> Request<A, N> {
+    /// How many addresses or prefixes it asks for.
+    pub(super) fn wanted(&self) -> u32 {
+        match self {
+            Request::Count(n) | Request::PrefixCount(n) => *n,
+            Request::Addresses(v) => v.len() as u32,
+            Request::Prefixes(v) => v.len() as u32,
+        }
+    }
+
+    /// Whether it asks for prefixes (which need a Nitro instance type).
+    pub(super) fn wants_prefixes(&self) -> bool {
+        matches!(self, Request::PrefixCount(_) | Request::Prefixes(_))
+    }
+}
+
+/// What [`take_request`] took: (addresses, prefixes).
+type Taken<S> = (Vec<<S as Space>::Addr>, Vec<<S as Space>::Net>);
+
+/// Takes what `req` asks for from `space`: (addresses, prefixes). On an error part of it may
+/// be taken, so callers work on a copy of the subnet's space and keep it only on success.
+pub(super) fn take_request<S: Space>(
+    space: &mut S,
+    req: Request<S::Addr, S::Net>,
+    ip_error: impl Fn(TakeError, S::Addr) -> ModelError,
+    prefix_error: impl Fn(TakeError, S::Net) -> ModelError,
+) -> Result<Taken<S>, ModelError> {
+    let mut ips = Vec::new();
+    let mut prefixes = Vec::new();
+    match req {
+        Request::Count(n) => ips = space.take_any(n).ok_or(ModelError::SubnetFull)?,
+        Request::Addresses(wanted) => {
+            no_duplicates(&wanted)?;
+            for ip in wanted {
+                space.take(ip).map_err(|e| ip_error(e, ip))?;
+                ips.push(ip);
+            }
+        }
+        Request::PrefixCount(n) => {
+            prefixes = space.take_prefixes(n).ok_or(ModelError::NoCidrBlocks)?;
+        }
+        Request::Prefixes(wanted) => {
+            no_duplicates(&wanted)?;
+            for p in wanted {
+                space.take_prefix(p).map_err(|e| prefix_error(e, p))?;
+                prefixes.push(p);
+            }
+        }
+    }
+    Ok((ips, prefixes))
 }
 
 /// What was newly assigned (EC2's reply lists only these).
@@ -65,20 +122,13 @@ impl Model {
         now_ms: u64,
     ) -> Result<Assigned, ModelError> {
         let eni = self.eni(eni_id)?;
-        let wanted = match &req {
-            AssignRequest::Count(n) | AssignRequest::PrefixCount(n) => *n,
-            AssignRequest::Addresses(v) => v.len() as u32,
-            AssignRequest::Prefixes(v) => v.len() as u32,
-        };
+        let wanted = req.wanted();
         if wanted == 0 {
             return Err(ModelError::invalid(
                 "The number of addresses or prefixes to assign must be at least 1.",
             ));
         }
-        if matches!(
-            req,
-            AssignRequest::PrefixCount(_) | AssignRequest::Prefixes(_)
-        ) {
+        if req.wants_prefixes() {
             self.check_prefix_support(eni)?;
         }
         if eni.ipv4_slots() + wanted > self.ipv4_limit(eni)? {
@@ -86,33 +136,13 @@ impl Model {
         }
         let subnet = self.subnet(&eni.subnet_id)?;
         let mut space = subnet.space.clone();
-        let mut out = Assigned::default();
-        match req {
-            AssignRequest::Count(n) => {
-                out.ips = space.take_any(n).ok_or(ModelError::SubnetFull)?;
-            }
-            AssignRequest::Addresses(ips) => {
-                no_duplicates(&ips)?;
-                for ip in ips {
-                    space
-                        .take(ip)
-                        .map_err(|e| ip_take_error(e, ip, &subnet.id))?;
-                    out.ips.push(ip);
-                }
-            }
-            AssignRequest::PrefixCount(n) => {
-                out.prefixes = space.take_prefixes(n).ok_or(ModelError::NoCidrBlocks)?;
-            }
-            AssignRequest::Prefixes(ps) => {
-                no_duplicates(&ps)?;
-                for p in ps {
-                    space
-                        .take_prefix(p)
-                        .map_err(|e| prefix_take_error(e, p, &subnet.id))?;
-                    out.prefixes.push(p);
-                }
-            }
-        }
+        let (ips, prefixes) = take_request(
+            &mut space,
+            req,
+            |e, ip| ip_take_error(e, ip, &subnet.id),
+            |e, p| prefix_take_error(e, p, &subnet.id),
+        )?;
+        let out = Assigned { ips, prefixes };
         let subnet_id = subnet.id.clone();
         if let Some(s) = self.subnets.get_mut(&subnet_id) {
             s.space = space;

@@ -5,7 +5,7 @@ use std::net::Ipv6Addr;
 use cloud::limits::InstanceLimits;
 use ipnetwork::Ipv6Network;
 
-use super::addresses::no_duplicates;
+use super::addresses::{Request, no_duplicates, take_request};
 use super::alloc::TakeError;
 use super::enis::stamp;
 use super::{Model, ModelError, UNATTACHED_IPV6_LIMIT};
@@ -27,18 +27,8 @@ pub fn ipv6_per_eni(instance_type: &str, limits: &InstanceLimits) -> u32 {
     }
 }
 
-/// What to assign: exactly one of EC2's four forms.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Assign6Request {
-    /// `Ipv6AddressCount`.
-    Count(u32),
-    /// `Ipv6Addresses.N`.
-    Addresses(Vec<Ipv6Addr>),
-    /// `Ipv6PrefixCount` (/80 prefixes).
-    PrefixCount(u32),
-    /// `Ipv6Prefix.N`.
-    Prefixes(Vec<Ipv6Network>),
-}
+/// AssignIpv6Addresses' request.
+pub type Assign6Request = Request<Ipv6Addr, Ipv6Network>;
 
 /// What was newly assigned (EC2's reply lists only these).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -93,11 +83,7 @@ impl Model {
         now_ms: u64,
     ) -> Result<Assigned6, ModelError> {
         let eni = self.eni(eni_id)?;
-        let wanted = match &req {
-            Assign6Request::Count(n) | Assign6Request::PrefixCount(n) => *n,
-            Assign6Request::Addresses(v) => v.len() as u32,
-            Assign6Request::Prefixes(v) => v.len() as u32,
-        };
+        let wanted = req.wanted();
         if wanted == 0 {
             return Err(ModelError::invalid(
                 "The number of IPv6 addresses or prefixes to assign must be at least 1.",
@@ -107,10 +93,7 @@ impl Model {
         let Some(v6) = &subnet.ipv6 else {
             return Err(ModelError::SubnetWithoutIpv6(subnet.id.clone()));
         };
-        if matches!(
-            req,
-            Assign6Request::PrefixCount(_) | Assign6Request::Prefixes(_)
-        ) {
+        if req.wants_prefixes() {
             self.check_prefix_support(eni)?;
         }
         let limit = self.ipv6_limit(eni)?;
@@ -121,33 +104,16 @@ impl Model {
             });
         }
         let mut space = v6.space.clone();
-        let mut out = Assigned6::default();
-        match req {
-            Assign6Request::Count(n) => {
-                out.addresses = space.take_any(n).ok_or(ModelError::SubnetFull)?;
-            }
-            Assign6Request::Addresses(ips) => {
-                no_duplicates(&ips)?;
-                for ip in ips {
-                    space
-                        .take(ip)
-                        .map_err(|e| ip_take_error(e, ip, &subnet.id))?;
-                    out.addresses.push(ip);
-                }
-            }
-            Assign6Request::PrefixCount(n) => {
-                out.prefixes = space.take_prefixes(n).ok_or(ModelError::NoCidrBlocks)?;
-            }
-            Assign6Request::Prefixes(ps) => {
-                no_duplicates(&ps)?;
-                for p in ps {
-                    space
-                        .take_prefix(p)
-                        .map_err(|e| prefix_take_error(e, p, &subnet.id))?;
-                    out.prefixes.push(p);
-                }
-            }
-        }
+        let (addresses, prefixes) = take_request(
+            &mut space,
+            req,
+            |e, ip| ip_take_error(e, ip, &subnet.id),
+            |e, p| prefix_take_error(e, p, &subnet.id),
+        )?;
+        let out = Assigned6 {
+            addresses,
+            prefixes,
+        };
         let subnet_id = subnet.id.clone();
         if let Some(v6) = self
             .subnets

@@ -27,6 +27,40 @@ pub enum TakeError {
     Misaligned,
 }
 
+/// What an assignment takes from a subnet, whatever its family: the IPv4 and the IPv6
+/// allocators answer the same four requests, so one `take_request` serves both.
+pub trait Space {
+    /// One address.
+    type Addr: Copy + Eq + std::hash::Hash + std::fmt::Display;
+    /// One delegated prefix.
+    type Net: Copy + Eq + std::hash::Hash + std::fmt::Display;
+    /// Takes `ip`, if it is free and usable.
+    fn take(&mut self, ip: Self::Addr) -> Result<(), TakeError>;
+    /// Takes `n` free addresses, or none.
+    fn take_any(&mut self, n: u32) -> Option<Vec<Self::Addr>>;
+    /// Takes prefix `p`, if it is free and aligned.
+    fn take_prefix(&mut self, p: Self::Net) -> Result<(), TakeError>;
+    /// Takes `n` free prefixes, or none.
+    fn take_prefixes(&mut self, n: u32) -> Option<Vec<Self::Net>>;
+}
+
+impl Space for AddressSpace {
+    type Addr = Ipv4Addr;
+    type Net = Ipv4Network;
+    fn take(&mut self, ip: Ipv4Addr) -> Result<(), TakeError> {
+        AddressSpace::take(self, ip)
+    }
+    fn take_any(&mut self, n: u32) -> Option<Vec<Ipv4Addr>> {
+        AddressSpace::take_any(self, n)
+    }
+    fn take_prefix(&mut self, p: Ipv4Network) -> Result<(), TakeError> {
+        AddressSpace::take_prefix(self, p)
+    }
+    fn take_prefixes(&mut self, n: u32) -> Option<Vec<Ipv4Network>> {
+        AddressSpace::take_prefixes(self, n)
+    }
+}
+
 /// The used addresses of one subnet.
 #[derive(Debug, Clone)]
 pub struct AddressSpace {

@@ -12,7 +12,7 @@ use std::net::Ipv6Addr;
 
 use ipnetwork::Ipv6Network;
 
-use super::alloc::TakeError;
+use super::alloc::{Space, TakeError};
 
 /// Length of a subnet's IPv6 CIDR, as EC2 requires.
 pub const SUBNET_V6_LEN: u8 = 64;
@@ -23,6 +23,23 @@ const PREFIX_SIZE: u128 = 1 << (128 - PREFIX_V6_LEN);
 /// /80s in one /64.
 const PREFIXES_PER_SUBNET: u128 = 1 << (PREFIX_V6_LEN - SUBNET_V6_LEN);
 const RESERVED_AT_START: u128 = 4;
+
+impl Space for Ipv6Space {
+    type Addr = Ipv6Addr;
+    type Net = Ipv6Network;
+    fn take(&mut self, ip: Ipv6Addr) -> Result<(), TakeError> {
+        Ipv6Space::take(self, ip)
+    }
+    fn take_any(&mut self, n: u32) -> Option<Vec<Ipv6Addr>> {
+        Ipv6Space::take_any(self, n)
+    }
+    fn take_prefix(&mut self, p: Ipv6Network) -> Result<(), TakeError> {
+        Ipv6Space::take_prefix(self, p)
+    }
+    fn take_prefixes(&mut self, n: u32) -> Option<Vec<Ipv6Network>> {
+        Ipv6Space::take_prefixes(self, n)
+    }
+}
 
 /// The used IPv6 addresses and prefixes of one subnet.
 #[derive(Debug, Clone)]
