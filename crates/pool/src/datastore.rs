@@ -8,6 +8,7 @@ use crate::error::{AssignError, PoolError};
 use crate::model::{AddrSlot, AttachmentKey, EniInfo, PodInfo, SlotState, is_delegable_prefix};
 use crate::persist::{Mutation, PersistedAddr, PersistedState};
 use crate::time::Timestamp;
+use crate::v6::{Pool6, RestoreIssue6};
 
 /// An address held by an attachment, with where it lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,6 +96,8 @@ pub enum RestoreIssue {
         /// How many were missing.
         missing: u32,
     },
+    /// Something of the IPv6 part.
+    V6(RestoreIssue6),
 }
 
 #[derive(Clone, Debug)]
@@ -135,6 +138,8 @@ pub struct Pool {
     /// ENIs that give no address to a new pod (the primary ENI under custom networking): a
     /// fact of the node's configuration, set at every start, never persisted.
     excluded: BTreeSet<String>,
+    /// IPv6 addresses (IPv6 mode and dual-stack): a part of its own, persisted with the rest.
+    v6: Pool6,
 }
 
 impl Pool {
@@ -146,7 +151,18 @@ impl Pool {
             owner: HashMap::new(),
             by_key: HashMap::new(),
             excluded: BTreeSet::new(),
+            v6: Pool6::new(cooldown),
         }
+    }
+
+    /// The IPv6 addresses.
+    pub fn v6(&self) -> &Pool6 {
+        &self.v6
+    }
+
+    /// The IPv6 addresses, to change.
+    pub fn v6_mut(&mut self) -> &mut Pool6 {
+        &mut self.v6
     }
 
     /// Makes the ENIs in `ids` give no address to a new pod. Their assignments stay until
@@ -168,8 +184,9 @@ impl Pool {
         cooldown: Duration,
     ) -> (Pool, Vec<Mutation>, Vec<RestoreIssue>) {
         let mut pool = Pool::new(cooldown);
-        let mut fixes = Vec::new();
-        let mut issues = Vec::new();
+        let (v6, mut fixes, issues6) = Pool6::restore(state.prefixes6, state.addrs6, cooldown);
+        pool.v6 = v6;
+        let mut issues: Vec<RestoreIssue> = issues6.into_iter().map(RestoreIssue::V6).collect();
         for info in state.enis {
             pool.enis.insert(info.id.clone(), Eni::new(info));
         }
@@ -847,7 +864,10 @@ impl Pool {
 
     /// The whole pool as it would be persisted (for tests and introspection).
     pub fn to_state(&self) -> PersistedState {
+        let (prefixes6, addrs6) = self.v6.to_state();
         PersistedState {
+            prefixes6,
+            addrs6,
             enis: self.enis.values().map(|e| e.info.clone()).collect(),
             addrs: self
                 .slots()

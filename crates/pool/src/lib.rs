@@ -1,4 +1,5 @@
-//! The IPAM brain, pure: which addresses (secondary /32s and delegated /28 prefixes) the node
+//! The IPAM brain, pure: which addresses (secondary /32s, delegated /28 prefixes, and in IPv6
+//! mode addresses of a delegated /80) the node
 //! holds on which ENI, who holds each one, cooldown after release, and what the pool should ask
 //! EC2 for next.
 //!
@@ -12,6 +13,7 @@ mod model;
 mod persist;
 mod plan;
 mod time;
+mod v6;
 
 pub use datastore::{Allocated, Counts, Pool, Released, Removal, RestoreIssue};
 pub use error::{AssignError, PoolError};
@@ -25,3 +27,7 @@ pub use plan::{
     RELEASE_INTERVAL, Reason, Standing, Targets, explain, plan,
 };
 pub use time::{Clock, Timestamp};
+pub use v6::{
+    Allocated6, Counts6, PREFIX6_LEN, PersistedAddr6, Pool6, Pool6Error, Prefix6, RestoreIssue6,
+    is_delegable_prefix6,
+};

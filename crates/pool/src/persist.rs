@@ -1,11 +1,14 @@
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use ipnetwork::Ipv6Network;
 use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
 use crate::model::{AddrSlot, EniInfo};
+use crate::v6::{PersistedAddr6, Prefix6};
 
 /// One address as persisted: where it lives and its state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,6 +28,12 @@ pub struct PersistedState {
     pub enis: Vec<EniInfo>,
     /// Secondary addresses.
     pub addrs: Vec<PersistedAddr>,
+    /// Delegated IPv6 /80s (none unless IPv6 is on).
+    #[serde(default)]
+    pub prefixes6: Vec<Prefix6>,
+    /// IPv6 addresses held or cooling.
+    #[serde(default)]
+    pub addrs6: Vec<PersistedAddr6>,
 }
 
 /// A change to persist. Every pool operation returns the mutations that make the stored state
@@ -39,6 +48,14 @@ pub enum Mutation {
     PutAddr(PersistedAddr),
     /// Remove an address.
     DeleteAddr(Ipv4Addr),
+    /// Insert or replace a delegated IPv6 prefix.
+    PutPrefix6(Prefix6),
+    /// Remove a delegated IPv6 prefix (its addresses are removed by their own mutations).
+    DeletePrefix6(Ipv6Network),
+    /// Insert or replace an IPv6 address.
+    PutAddr6(PersistedAddr6),
+    /// Remove an IPv6 address.
+    DeleteAddr6(Ipv6Addr),
 }
 
 /// Persistence seam for the pool. `apply` may buffer; `flush` makes everything applied so far
@@ -65,7 +82,15 @@ pub trait StateStore: Send + Sync {
 /// A store in memory, for tests of code that persists through [`StateStore`].
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    inner: Mutex<(BTreeMap<String, EniInfo>, BTreeMap<Ipv4Addr, PersistedAddr>)>,
+    inner: Mutex<Records>,
+}
+
+#[derive(Debug, Default)]
+struct Records {
+    enis: BTreeMap<String, EniInfo>,
+    addrs: BTreeMap<Ipv4Addr, PersistedAddr>,
+    prefixes6: BTreeMap<Ipv6Network, Prefix6>,
+    addrs6: BTreeMap<Ipv6Addr, PersistedAddr6>,
 }
 
 impl StateStore for MemoryStore {
@@ -74,27 +99,41 @@ impl StateStore for MemoryStore {
     fn load(&self) -> Result<PersistedState, Infallible> {
         let guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         Ok(PersistedState {
-            enis: guard.0.values().cloned().collect(),
-            addrs: guard.1.values().cloned().collect(),
+            enis: guard.enis.values().cloned().collect(),
+            addrs: guard.addrs.values().cloned().collect(),
+            prefixes6: guard.prefixes6.values().cloned().collect(),
+            addrs6: guard.addrs6.values().cloned().collect(),
         })
     }
 
     fn apply(&self, mutations: &[Mutation]) -> Result<(), Infallible> {
         let mut guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        let (enis, addrs) = &mut *guard;
+        let r = &mut *guard;
         for m in mutations {
             match m {
                 Mutation::PutEni(e) => {
-                    enis.insert(e.id.clone(), e.clone());
+                    r.enis.insert(e.id.clone(), e.clone());
                 }
                 Mutation::DeleteEni(id) => {
-                    enis.remove(id);
+                    r.enis.remove(id);
                 }
                 Mutation::PutAddr(a) => {
-                    addrs.insert(a.ip, a.clone());
+                    r.addrs.insert(a.ip, a.clone());
                 }
                 Mutation::DeleteAddr(ip) => {
-                    addrs.remove(ip);
+                    r.addrs.remove(ip);
+                }
+                Mutation::PutPrefix6(p) => {
+                    r.prefixes6.insert(p.prefix, p.clone());
+                }
+                Mutation::DeletePrefix6(p) => {
+                    r.prefixes6.remove(p);
+                }
+                Mutation::PutAddr6(a) => {
+                    r.addrs6.insert(a.ip, a.clone());
+                }
+                Mutation::DeleteAddr6(ip) => {
+                    r.addrs6.remove(ip);
                 }
             }
         }
@@ -107,12 +146,20 @@ impl StateStore for MemoryStore {
 
     fn replace_all(&self, state: &PersistedState) -> Result<(), Infallible> {
         let mut guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        guard.0 = state
-            .enis
-            .iter()
-            .map(|e| (e.id.clone(), e.clone()))
-            .collect();
-        guard.1 = state.addrs.iter().map(|a| (a.ip, a.clone())).collect();
+        *guard = Records {
+            enis: state
+                .enis
+                .iter()
+                .map(|e| (e.id.clone(), e.clone()))
+                .collect(),
+            addrs: state.addrs.iter().map(|a| (a.ip, a.clone())).collect(),
+            prefixes6: state
+                .prefixes6
+                .iter()
+                .map(|p| (p.prefix, p.clone()))
+                .collect(),
+            addrs6: state.addrs6.iter().map(|a| (a.ip, a.clone())).collect(),
+        };
         Ok(())
     }
 }

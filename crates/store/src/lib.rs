@@ -20,14 +20,15 @@ pub use checkpoint::{
 };
 
 use std::fs;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::unix::fs::PermissionsExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use backon::{BlockingRetryable, ConstantBuilder};
-use pool::{EniInfo, Mutation, PersistedAddr, PersistedState, StateStore};
+use ipnetwork::Ipv6Network;
+use pool::{EniInfo, Mutation, PersistedAddr, PersistedAddr6, PersistedState, Prefix6, StateStore};
 use thiserror::Error;
 
 /// Written once into a new store; a store with another marker is refused.
@@ -44,6 +45,8 @@ const CACHE_BYTES: u64 = 4 << 20;
 const SCHEMA_KEY: &[u8] = b"meta/schema";
 const ENI_PREFIX: &[u8] = b"eni/";
 const ADDR_PREFIX: &[u8] = b"ip/";
+const PREFIX6_PREFIX: &[u8] = b"pfx6/";
+const ADDR6_PREFIX: &[u8] = b"ip6/";
 
 /// A state store failure; each names what it was doing.
 #[derive(Debug, Error)]
@@ -201,30 +204,54 @@ impl SledStore {
     /// Removes every record that does not decode (or sits under a key that is not its own),
     /// and returns what each was. Run before [`StateStore::load`], which refuses such records.
     pub fn salvage(&self) -> Result<Vec<Unreadable>, StoreError> {
-        let mut bad = Vec::new();
-        let mut batch = sled::Batch::default();
-        for item in self.db.scan_prefix(ENI_PREFIX) {
-            let (k, v) = item?;
-            if let Err(reason) = serde_json::from_slice::<EniInfo>(&v) {
-                bad.push(unreadable(&k, &v, reason.to_string()));
-                batch.remove(k);
-            }
-        }
-        for item in self.db.scan_prefix(ADDR_PREFIX) {
-            let (k, v) = item?;
-            let reason = match serde_json::from_slice::<PersistedAddr>(&v) {
-                Ok(a) if k.as_ref() == addr_key(a.ip).as_slice() => continue,
-                Ok(a) => format!("holds the record of {}", a.ip),
-                Err(e) => e.to_string(),
-            };
-            bad.push(unreadable(&k, &v, reason));
-            batch.remove(k);
-        }
+        let found = &mut (Vec::new(), sled::Batch::default());
+        self.salvage_kind(
+            ENI_PREFIX,
+            |e: &EniInfo| (eni_key(&e.id), e.id.clone()),
+            found,
+        )?;
+        self.salvage_kind(
+            ADDR_PREFIX,
+            |a: &PersistedAddr| (addr_key(a.ip), a.ip.to_string()),
+            found,
+        )?;
+        self.salvage_kind(
+            PREFIX6_PREFIX,
+            |p: &Prefix6| (prefix6_key(p.prefix), p.prefix.to_string()),
+            found,
+        )?;
+        self.salvage_kind(
+            ADDR6_PREFIX,
+            |a: &PersistedAddr6| (addr6_key(a.ip), a.ip.to_string()),
+            found,
+        )?;
+        let (bad, batch) = std::mem::take(found);
         if !bad.is_empty() {
             self.db.apply_batch(batch)?;
             self.db.flush()?;
         }
         Ok(bad)
+    }
+
+    /// Finds the records under `prefix` that do not decode as `T` or sit under a key that is
+    /// not their own (`identity` gives a record's key and name), and queues their removal.
+    fn salvage_kind<T: serde::de::DeserializeOwned>(
+        &self,
+        prefix: &[u8],
+        identity: impl Fn(&T) -> (Vec<u8>, String),
+        (bad, batch): &mut (Vec<Unreadable>, sled::Batch),
+    ) -> Result<(), StoreError> {
+        for item in self.db.scan_prefix(prefix) {
+            let (k, v) = item?;
+            let reason = match serde_json::from_slice::<T>(&v).map(|r| identity(&r)) {
+                Ok((key, _)) if k.as_ref() == key.as_slice() => continue,
+                Ok((_, name)) => format!("holds the record of {name}"),
+                Err(e) => e.to_string(),
+            };
+            bad.push(unreadable(&k, &v, reason));
+            batch.remove(k);
+        }
+        Ok(())
     }
 
     /// Opens (or creates, mode 0700) the store in `dir`.
@@ -313,6 +340,14 @@ fn addr_key(ip: Ipv4Addr) -> Vec<u8> {
     [ADDR_PREFIX, &ip.octets()[..]].concat()
 }
 
+fn prefix6_key(prefix: Ipv6Network) -> Vec<u8> {
+    [PREFIX6_PREFIX, &prefix.network().octets()[..]].concat()
+}
+
+fn addr6_key(ip: Ipv6Addr) -> Vec<u8> {
+    [ADDR6_PREFIX, &ip.octets()[..]].concat()
+}
+
 /// A key as an operator would write it: address keys hold the four octets.
 fn readable_key(key: &[u8]) -> (String, Option<Ipv4Addr>) {
     match key.strip_prefix(ADDR_PREFIX) {
@@ -320,7 +355,18 @@ fn readable_key(key: &[u8]) -> (String, Option<Ipv4Addr>) {
             let ip = Ipv4Addr::new(a, b, c, d);
             (format!("ip/{ip}"), Some(ip))
         }
-        _ => (String::from_utf8_lossy(key).into_owned(), None),
+        _ => {
+            let v6 = [(ADDR6_PREFIX, "ip6"), (PREFIX6_PREFIX, "pfx6")]
+                .into_iter()
+                .find_map(|(prefix, name)| {
+                    let octets: [u8; 16] = key.strip_prefix(prefix)?.try_into().ok()?;
+                    Some(format!("{name}/{}", Ipv6Addr::from(octets)))
+                });
+            (
+                v6.unwrap_or_else(|| String::from_utf8_lossy(key).into_owned()),
+                None,
+            )
+        }
     }
 }
 
@@ -368,6 +414,14 @@ impl StateStore for SledStore {
             }
             state.addrs.push(addr);
         }
+        for item in self.db.scan_prefix(PREFIX6_PREFIX) {
+            let (k, v) = item?;
+            state.prefixes6.push(decode(&k, &v)?);
+        }
+        for item in self.db.scan_prefix(ADDR6_PREFIX) {
+            let (k, v) = item?;
+            state.addrs6.push(decode(&k, &v)?);
+        }
         Ok(state)
     }
 
@@ -379,6 +433,10 @@ impl StateStore for SledStore {
                 Mutation::DeleteEni(id) => batch.remove(eni_key(id)),
                 Mutation::PutAddr(a) => batch.insert(addr_key(a.ip), json(a)?),
                 Mutation::DeleteAddr(ip) => batch.remove(addr_key(*ip)),
+                Mutation::PutPrefix6(p) => batch.insert(prefix6_key(p.prefix), json(p)?),
+                Mutation::DeletePrefix6(p) => batch.remove(prefix6_key(*p)),
+                Mutation::PutAddr6(a) => batch.insert(addr6_key(a.ip), json(a)?),
+                Mutation::DeleteAddr6(ip) => batch.remove(addr6_key(*ip)),
             }
         }
         self.db.apply_batch(batch)?;
@@ -392,7 +450,7 @@ impl StateStore for SledStore {
 
     fn replace_all(&self, state: &PersistedState) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
-        for prefix in [ENI_PREFIX, ADDR_PREFIX] {
+        for prefix in [ENI_PREFIX, ADDR_PREFIX, PREFIX6_PREFIX, ADDR6_PREFIX] {
             for item in self.db.scan_prefix(prefix) {
                 batch.remove(item?.0);
             }
@@ -402,6 +460,12 @@ impl StateStore for SledStore {
         }
         for a in &state.addrs {
             batch.insert(addr_key(a.ip), json(a)?);
+        }
+        for p in &state.prefixes6 {
+            batch.insert(prefix6_key(p.prefix), json(p)?);
+        }
+        for a in &state.addrs6 {
+            batch.insert(addr6_key(a.ip), json(a)?);
         }
         self.db.apply_batch(batch)?;
         Ok(())
@@ -434,6 +498,54 @@ mod tests {
             container_id: format!("c{n}"),
             ifname: "eth0".into(),
         }
+    }
+
+    #[test]
+    fn ipv6_prefixes_and_addresses_survive_reopening_and_replacement() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut pool = Pool::new(Duration::from_secs(30));
+        let expected = {
+            let store = SledStore::open(dir.path()).unwrap();
+            let prefix = "2001:db8:0:1:a::/80".parse().unwrap();
+            store
+                .apply(&pool.v6_mut().add_prefix("eni-0a", prefix).unwrap())
+                .unwrap();
+            for n in 1..4 {
+                let (_, m) = pool
+                    .v6_mut()
+                    .assign(&key(n), &PodInfo::default(), Timestamp(u64::from(n)))
+                    .unwrap();
+                store.apply(&m).unwrap();
+            }
+            let (_, m) = pool.v6_mut().release(&key(2), Timestamp(10)).unwrap();
+            store.apply(&m).unwrap();
+            store.flush().unwrap();
+            pool.to_state()
+        };
+        let store = SledStore::open(dir.path()).unwrap();
+        let loaded = store.load().unwrap();
+        assert_eq!(loaded.prefixes6.len(), 1);
+        assert_eq!(loaded.addrs6.len(), 3);
+        assert_eq!(loaded, expected);
+        // Replacing everything drops IPv6 records the new state lacks.
+        store.replace_all(&PersistedState::default()).unwrap();
+        assert_eq!(store.load().unwrap(), PersistedState::default());
+    }
+
+    #[test]
+    fn an_unreadable_ipv6_record_is_salvaged_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        let ip: Ipv6Addr = "2001:db8::7".parse().unwrap();
+        store
+            .db
+            .insert(addr6_key(ip), b"{not json".to_vec())
+            .unwrap();
+        assert!(store.load().is_err());
+        let bad = store.salvage().unwrap();
+        assert_eq!(bad.len(), 1);
+        assert_eq!(bad[0].key, "ip6/2001:db8::7");
+        assert!(store.load().unwrap().addrs6.is_empty());
     }
 
     #[test]
