@@ -8,7 +8,7 @@ use cloud::limits::InstanceLimits;
 use ipnetwork::{Ipv4Network, Ipv6Network};
 use thiserror::Error;
 
-use crate::fabric::{DEFAULT_OUTSIDE_IP, OUTSIDE_LINK_NET};
+use crate::fabric::{DEFAULT_OUTSIDE_IP, DEFAULT_OUTSIDE_IPV6, OUTSIDE_LINK_NET};
 use crate::faults::{FaultError, Faults};
 use crate::model::{SubnetSpec, Topology};
 
@@ -278,6 +278,11 @@ pub enum ConfigError {
         /// What is wrong with it.
         why: &'static str,
     },
+    /// A VPC /56 that holds the fabric's outside, which must stay beyond the VPC.
+    #[error(
+        "--vpc-ipv6-cidr {0}: contains {DEFAULT_OUTSIDE_IPV6}, the fabric's outside (use a /56 of 2001:db8::/33)"
+    )]
+    VpcIpv6CidrHoldsOutside(Ipv6Network),
     /// A fault plan that makes no sense.
     #[error("{flags}: {why}")]
     Fault {
@@ -342,6 +347,9 @@ impl Cli {
             };
             if let Some(why) = why {
                 return Err(ConfigError::VpcIpv6Cidr { cidr, why });
+            }
+            if self.mode == Mode::Fabric && cidr.contains(DEFAULT_OUTSIDE_IPV6) {
+                return Err(ConfigError::VpcIpv6CidrHoldsOutside(cidr));
             }
         }
         Ok(Topology {
@@ -481,6 +489,27 @@ mod tests {
                 "{args:?}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn a_vpc_ipv6_cidr_holding_the_outside_is_refused_in_fabric_mode_only() {
+        let args = [
+            "--ip-family",
+            "dual",
+            "--vpc-ipv6-cidr",
+            "2001:db8:8000::/56",
+        ];
+        cli(&args).unwrap().topology().unwrap();
+        let mut fabric = vec!["--mode", "fabric"];
+        fabric.extend(args);
+        assert_eq!(
+            cli(&fabric).unwrap().topology().unwrap_err(),
+            ConfigError::VpcIpv6CidrHoldsOutside("2001:db8:8000::/56".parse().unwrap())
+        );
+        let e = cli(&fabric).unwrap().topology().unwrap_err().to_string();
+        assert!(e.contains("contains 2001:db8:8000::10"), "{e}");
+        fabric[5] = "2001:db8:7fff:ff00::/56";
+        cli(&fabric).unwrap().topology().unwrap();
     }
 
     #[test]

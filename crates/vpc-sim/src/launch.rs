@@ -206,6 +206,7 @@ pub async fn launch(cli: &Cli) -> Result<Running, LaunchError> {
         outside: plan.as_ref().map(|p| OutsideInfo {
             netns: p.outside.netns.clone(),
             ip: p.outside.ip,
+            ipv6: p.outside.ipv6,
         }),
         ec2_endpoint: format!("http://127.0.0.1:{ec2_port}"),
         subnets: model

@@ -90,6 +90,10 @@ pub struct OutsideInfo {
     pub netns: String,
     /// Its one address; it sees source addresses exactly as they leave the VPC.
     pub ip: Ipv4Addr,
+    /// Its IPv6 address when the VPC has IPv6 (null otherwise); IPv6 leaves the VPC as through
+    /// an egress-only internet gateway, sources unchanged.
+    #[serde(default)]
+    pub ipv6: Option<Ipv6Addr>,
 }
 
 /// The whole file.

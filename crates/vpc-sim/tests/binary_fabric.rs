@@ -22,6 +22,7 @@ fn fabric_mode_builds_the_node_and_removes_everything() {
         let out = f.outside.clone().expect("fabric mode has an outside");
         assert_eq!(out.netns, format!("{name}-out"));
         assert_eq!(out.ip.to_string(), "198.51.100.10");
+        assert_eq!(out.ipv6, None, "an IPv4 VPC's outside has no IPv6");
         let mut expected = vec![
             format!("{name}-node1"),
             format!("{name}-out"),

@@ -1,11 +1,11 @@
 //! The routed VPC for real (needs root): nodes reach each other and the outside, hot-plugged
 //! ENIs appear and disappear with their delivery routes, the source/destination check drops a
 //! packet that leaves through the wrong ENI, a fabric failure fails the EC2 call, and SIGTERM
-//! removes every namespace. EC2 is driven with plain form POSTs to the root-namespace endpoint.
+//! removes every namespace; with IPv6 the same for IPv6 addresses and delegated /80s. EC2 is driven with plain form POSTs to the root-namespace endpoint.
 
 mod common;
 
-use std::net::{Ipv4Addr, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, TcpStream, UdpSocket};
 use std::time::Duration;
 
 use common::root::{NsGuard, exec_in, http_in, ip, our_namespaces};
@@ -624,6 +624,374 @@ fn an_eni_in_a_secondary_cidr_of_another_az_carries_traffic_to_a_node_and_the_ou
     let before = rp_filter_drops(&vpc);
     assert!(!ping(&node2, Some(s), n1), "S out of eth0 must be dropped");
     assert!(rp_filter_drops(&vpc) > before);
+
+    v.stop();
+}
+
+/// Whether a bounded `ping -6` from `ns` (optionally from `src`) gets a reply within `tries`
+/// attempts of one echo each (the first may wait for neighbour discovery).
+fn ping6(ns: &str, src: Option<Ipv6Addr>, dst: Ipv6Addr, tries: usize) -> bool {
+    let dst = dst.to_string();
+    let src = src.map(|s| s.to_string());
+    let mut args = vec!["ping", "-6", "-n", "-q", "-c", "1", "-W", "2"];
+    if let Some(s) = &src {
+        args.extend(["-I", s.as_str()]);
+    }
+    args.push(&dst);
+    (0..tries).any(|_| exec_in(ns, &args).status.success())
+}
+
+/// ICMPv6 echo requests namespace `ns` has received (Icmp6InEchos).
+fn echoes_received(ns: &str) -> u64 {
+    let out = exec_in(ns, &["cat", "/proc/net/snmp6"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("Icmp6InEchos"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no Icmp6InEchos in /proc/net/snmp6:\n{text}"))
+}
+
+/// Sends UDP over IPv6 from namespace `from` (from `src` when given) to the outside; returns
+/// the source address the outside saw.
+fn source6_seen_outside(v: &Vpc, from: &str, src: Option<Ipv6Addr>) -> Ipv6Addr {
+    let out_ip = v.outside_ipv6();
+    let sock = netns::run_in(&v.out(), move || UdpSocket::bind((out_ip, 0)))
+        .unwrap()
+        .unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let port = sock.local_addr().unwrap().port();
+    let bind = src.unwrap_or(Ipv6Addr::UNSPECIFIED);
+    for _ in 0..5 {
+        netns::run_in(from, move || {
+            UdpSocket::bind((bind, 0))?.send_to(b"who am i", (out_ip, port))
+        })
+        .unwrap()
+        .unwrap();
+        let mut buf = [0u8; 16];
+        if let Ok((_, peer)) = sock.recv_from(&mut buf) {
+            match peer.ip() {
+                IpAddr::V6(a) => return a,
+                other => panic!("IPv4 source {other}"),
+            }
+        }
+    }
+    panic!("the outside got nothing over IPv6 from {from}");
+}
+
+/// The VPC's route towards `dst` (`ip -6 route get`), or its error text.
+fn vpc_route6(v: &Vpc, dst: Ipv6Addr) -> String {
+    let out = exec_in(&v.vpc(), &["ip", "-6", "route", "get", &dst.to_string()]);
+    let text = [out.stdout, out.stderr].concat();
+    String::from_utf8(text).unwrap()
+}
+
+/// The `index`-th address of `prefix`.
+fn nth(prefix: ipnetwork::Ipv6Network, index: u128) -> Ipv6Addr {
+    Ipv6Addr::from(u128::from(prefix.network()) + index)
+}
+
+/// The EUI-64 link-local address of `mac`, as a node's kernel gives it to the interface.
+fn eui64(mac: &str) -> Ipv6Addr {
+    let b: Vec<u8> = mac
+        .split(':')
+        .map(|x| u8::from_str_radix(x, 16).unwrap())
+        .collect();
+    let w = |h: u8, l: u8| u16::from_be_bytes([h, l]);
+    Ipv6Addr::new(
+        0xfe80,
+        0,
+        0,
+        0,
+        w(b[0] ^ 2, b[1]),
+        w(b[2], 0xff),
+        w(0xfe, b[3]),
+        w(b[4], b[5]),
+    )
+}
+
+impl Vpc {
+    fn outside_ipv6(&self) -> Ipv6Addr {
+        self.f
+            .outside
+            .as_ref()
+            .unwrap()
+            .ipv6
+            .expect("an outside IPv6")
+    }
+
+    fn primary_ipv6(&self, i: usize) -> Ipv6Addr {
+        self.f.nodes[i].primary_ipv6.expect("a primary IPv6")
+    }
+
+    /// AssignIpv6Addresses with Ipv6PrefixCount=1: the new /80.
+    fn delegate_80(&self, eni: &str) -> ipnetwork::Ipv6Network {
+        let x = self.ok(&[
+            ("Action", "AssignIpv6Addresses"),
+            ("NetworkInterfaceId", eni),
+            ("Ipv6PrefixCount", "1"),
+        ]);
+        let items = x.items("assignedIpv6PrefixSet");
+        assert_eq!(items.len(), 1, "{x:?}");
+        items[0].text.parse().unwrap()
+    }
+
+    fn take_back_80(&self, eni: &str, prefix: ipnetwork::Ipv6Network) {
+        self.ok(&[
+            ("Action", "UnassignIpv6Addresses"),
+            ("NetworkInterfaceId", eni),
+            ("Ipv6Prefix.1", &prefix.to_string()),
+        ]);
+    }
+}
+
+/// Puts `addr` on `lo` of node namespace `ns`, as a pod's address would be held by the node.
+fn hold6(ns: &str, addr: Ipv6Addr) {
+    ip(&[
+        "-n",
+        ns,
+        "addr",
+        "add",
+        &format!("{addr}/128"),
+        "dev",
+        "lo",
+        "nodad",
+    ]);
+}
+
+fn unhold6(ns: &str, addr: Ipv6Addr) {
+    ip(&["-n", ns, "addr", "del", &format!("{addr}/128"), "dev", "lo"]);
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn ipv6_nodes_reach_each_other_and_the_outside_which_sees_their_own_addresses() {
+    let v = Vpc::start(2, &["--ip-family", "dual"]);
+    let (vpc, out, node1, node2) = (v.vpc(), v.out(), v.node(0), v.node(1));
+    let vpc6 = v.f.vpc.ipv6_cidr.expect("a VPC /56");
+    assert_eq!(v.outside_ipv6().to_string(), "2001:db8:8000::10");
+    let (a1, a2) = (v.primary_ipv6(0), v.primary_ipv6(1));
+    assert_eq!(sysctl(&vpc, "net.ipv6.conf.all.forwarding"), "1");
+    for (i, a) in [a1, a2].into_iter().enumerate() {
+        let (ns, link, mac) = (v.node(i), format!("n{}d0", i + 1), &v.f.nodes[i].mac);
+        assert!(vpc6.contains(a));
+        let eth0 = ip(&["-n", &ns, "-6", "-o", "addr", "show", "dev", "eth0"]);
+        assert!(eth0.contains(&format!("inet6 {a}/128")), "{eth0}");
+        let default = ip(&["-n", &ns, "-6", "route", "show", "default"]);
+        assert!(default.contains("via fe80:ec2::1 dev eth0"), "{default}");
+        let side = ip(&["-n", &vpc, "-6", "-o", "addr", "show", "dev", &link]);
+        assert!(side.contains("inet6 fe80:ec2::1/64"), "{side}");
+        // The VPC's next hop is the node's own link-local address, its neighbour permanent.
+        let hop = eui64(mac);
+        assert!(eth0.contains(&format!("inet6 {hop}/64")), "{eth0}");
+        let route = vpc_route6(&v, a);
+        assert!(route.contains(&format!("via {hop} dev {link}")), "{route}");
+        let neigh = ip(&["-n", &vpc, "-6", "neigh", "show", "dev", &link]);
+        assert!(
+            neigh.contains(&format!("{hop} lladdr {mac} PERMANENT")),
+            "{neigh}"
+        );
+    }
+    let routes = ip(&["-n", &vpc, "-6", "route", "show"]);
+    assert!(routes.contains(&format!("blackhole {vpc6}")), "{routes}");
+    assert!(
+        routes.contains("default via fe80::2 dev vpc-out"),
+        "{routes}"
+    );
+    let out_routes = ip(&["-n", &out, "-6", "route", "show"]);
+    assert!(
+        out_routes.contains(&format!("{vpc6} via fe80::1 dev eth0")),
+        "{out_routes}"
+    );
+
+    assert!(ping6(&node1, None, a2, 3), "node1 -> node2");
+    assert!(ping6(&node2, None, a1, 3), "node2 -> node1");
+    assert!(ping6(&node1, None, v.outside_ipv6(), 3), "node1 -> outside");
+    // An egress-only gateway: no NAT, the outside sees each node's own IPv6 address.
+    assert_eq!(source6_seen_outside(&v, &node1, None), a1);
+    assert_eq!(source6_seen_outside(&v, &node2, None), a2);
+    // The IPv4 side is as it was.
+    assert!(
+        ping(&node1, None, v.f.nodes[1].primary_ip),
+        "IPv4 node1 -> node2"
+    );
+
+    // Nobody holds these (in node 2's /64, elsewhere in the /56): dropped, not sent outside.
+    let before = echoes_received(&out);
+    let subnet6 = v.f.subnets[0].ipv6_cidr.unwrap();
+    let unheld = [nth(subnet6, 0xdead), nth(vpc6, (0xff << 64) | 9)];
+    for dst in unheld {
+        assert!(!ping6(&node1, None, dst, 1), "{dst} is held by nobody");
+        assert!(
+            vpc_route6(&v, dst).contains("Invalid argument"),
+            "blackhole"
+        );
+    }
+    assert_eq!(
+        echoes_received(&out),
+        before,
+        "nothing of it reached the outside"
+    );
+
+    v.stop();
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn a_delegated_80_is_delivered_while_held_and_sources_not_held_are_dropped() {
+    let v = Vpc::start(2, &["--ip-family", "ipv6"]);
+    let (vpc, out, node1, node2) = (v.vpc(), v.out(), v.node(0), v.node(1));
+    let (eni1, eni2) = (&v.f.nodes[0].primary_eni, &v.f.nodes[1].primary_eni);
+
+    // A /80 for node 1's primary ENI: any address in it reaches node 1.
+    let p1 = v.delegate_80(eni1);
+    assert_eq!(p1.prefix(), 80);
+    let pod = nth(p1, 0x1234_5678);
+    let route = vpc_route6(&v, pod);
+    assert!(
+        route.contains(&format!("via {} dev n1d0", eui64(&v.f.nodes[0].mac))),
+        "{route}"
+    );
+    let rules = ip(&["-n", &vpc, "-6", "rule", "show"]);
+    assert!(
+        rules.contains(&format!("from {p1} iif n1d0 lookup main")),
+        "{rules}"
+    );
+    hold6(&node1, pod);
+    assert!(
+        ping6(&node2, None, pod, 3),
+        "node2 -> address of node1's /80"
+    );
+    assert!(
+        ping6(&node1, Some(pod), v.outside_ipv6(), 3),
+        "from the /80 to the outside"
+    );
+    assert_eq!(source6_seen_outside(&v, &node1, Some(pod)), pod);
+
+    // Given back: no longer delivered, nor accepted as a source.
+    v.take_back_80(eni1, p1);
+    assert!(
+        vpc_route6(&v, pod).contains("Invalid argument"),
+        "blackholed again"
+    );
+    let rules = ip(&["-n", &vpc, "-6", "rule", "show"]);
+    assert!(!rules.contains(&p1.to_string()), "{rules}");
+    assert!(!ping6(&node2, None, pod, 1), "unassigned: unreachable");
+    unhold6(&node1, pod);
+
+    // The source/destination check. S, in a /80 of node 2, goes out from node 2, which holds
+    // it, and the outside sees the echo; from node 1, whose ENI does not hold it, the VPC
+    // drops it: the outside sees nothing, while node 1's own address still gets through.
+    let p2 = v.delegate_80(eni2);
+    let s = nth(p2, 7);
+    hold6(&node2, s);
+    let before = echoes_received(&out);
+    assert!(ping6(&node2, Some(s), v.outside_ipv6(), 3), "S from node 2");
+    let after_held = echoes_received(&out);
+    assert!(after_held > before);
+    unhold6(&node2, s);
+    hold6(&node1, s);
+    assert!(
+        !ping6(&node1, Some(s), v.outside_ipv6(), 2),
+        "S from node 1"
+    );
+    assert_eq!(echoes_received(&out), after_held, "dropped in the VPC");
+    assert!(
+        !ping6(&node1, Some(s), v.primary_ipv6(1), 1),
+        "nor to node 2"
+    );
+    assert!(
+        ping6(&node1, None, v.outside_ipv6(), 3),
+        "node 1's own address"
+    );
+    assert!(echoes_received(&out) > after_held);
+
+    v.stop();
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn a_hot_plugged_eni_brings_its_ipv6_delivery_and_rules_and_detach_takes_them() {
+    let v = Vpc::start(1, &["--ip-family", "dual"]);
+    let (vpc, node) = (v.vpc(), v.node(0));
+    let (eni, mac, _) = v.create_eni();
+    let x = v.ok(&[
+        ("Action", "DescribeNetworkInterfaces"),
+        ("NetworkInterfaceId.1", &eni),
+    ]);
+    let sets = x.items("networkInterfaceSet");
+    let addr6: Ipv6Addr = sets[0].items("ipv6AddressesSet")[0]
+        .text_at("ipv6Address")
+        .parse()
+        .unwrap();
+    assert!(
+        vpc_route6(&v, addr6).contains("Invalid argument"),
+        "not yet"
+    );
+
+    let attachment = v.attach(&eni, 0, 1);
+    let route = vpc_route6(&v, addr6);
+    assert!(
+        route.contains(&format!("via {} dev n1d1", eui64(&mac))),
+        "{route}"
+    );
+    let side = ip(&["-n", &vpc, "-6", "-o", "addr", "show", "dev", "n1d1"]);
+    assert!(side.contains("inet6 fe80:ec2::1/64"), "{side}");
+    let rules = ip(&["-n", &vpc, "-6", "rule", "show"]);
+    for r in [
+        "from fe80::/10 iif n1d1 lookup main".to_string(),
+        format!("from {addr6} iif n1d1 lookup main"),
+        "from all iif n1d1 blackhole".to_string(),
+    ] {
+        assert!(rules.contains(&r), "{r:?} in {rules}");
+    }
+    // The node reaches the outside over eth1 from the ENI's IPv6 address, as ipamd would
+    // set it up: the address, eth1 up, a table with the default route via EC2's router.
+    ip(&[
+        "-n",
+        &node,
+        "addr",
+        "add",
+        &format!("{addr6}/128"),
+        "dev",
+        "eth1",
+        "nodad",
+    ]);
+    ip(&["-n", &node, "link", "set", "eth1", "up"]);
+    ip(&[
+        "-n",
+        &node,
+        "-6",
+        "route",
+        "add",
+        "default",
+        "via",
+        "fe80:ec2::1",
+        "dev",
+        "eth1",
+        "table",
+        "2",
+    ]);
+    ip(&[
+        "-n",
+        &node,
+        "-6",
+        "rule",
+        "add",
+        "from",
+        &format!("{addr6}/128"),
+        "lookup",
+        "2",
+        "prio",
+        "1536",
+    ]);
+    assert!(ping6(&node, Some(addr6), v.outside_ipv6(), 3), "over eth1");
+
+    v.detach(&attachment);
+    assert!(vpc_route6(&v, addr6).contains("Invalid argument"), "gone");
+    let rules = ip(&["-n", &vpc, "-6", "rule", "show"]);
+    assert!(!rules.contains("n1d1"), "{rules}");
+    assert!(ping6(&node, None, v.outside_ipv6(), 3), "eth0 untouched");
 
     v.stop();
 }

@@ -6,11 +6,15 @@
 //! address an ENI holds through a `/32` route and a permanent neighbour on that ENI's link.
 //! Strict reverse-path filtering there is EC2's source/destination check: a packet whose source
 //! is not held by the ENI it comes from is dropped. `NAME-out` stands for everything outside
-//! the VPC and sees source addresses as they arrive. Commands go through a [`Runner`] so every
+//! the VPC and sees source addresses as they arrive. When the VPC has IPv6 the same holds for
+//! it, with the mechanisms [`v6`] explains: EC2's link-local router `fe80:ec2::1` on every
+//! ENI link, delivery of each held address and /80 via the ENI's link-local next hop, and
+//! `ip -6 rule`s as the source/destination check. Commands go through a [`Runner`] so every
 //! sequence can be checked without root; only namespaces this process created are ever deleted.
 
 mod plan;
 mod runner;
+pub mod v6;
 mod vpc;
 mod wiring;
 
@@ -22,8 +26,9 @@ use std::net::Ipv4Addr;
 use thiserror::Error;
 
 pub use plan::{
-    DEFAULT_OUTSIDE_IP, FabricPlan, NodePlan, NodeRef, OUT_LINK, OUTSIDE_LINK_NET, OUTSIDE_MTU,
-    OutsidePlan, VPC_OUT_LINK, eni_link, node_ifname, node_netns, out_netns, vpc_netns,
+    DEFAULT_OUTSIDE_IP, DEFAULT_OUTSIDE_IPV6, FabricPlan, NodePlan, NodeRef, OUT_LINK, OUT_LINK6,
+    OUTSIDE_LINK_NET, OUTSIDE_MTU, OutsidePlan, VPC_OUT_LINK, VPC_OUT_LINK6, eni_link, node_ifname,
+    node_netns, out_netns, vpc_netns,
 };
 pub use runner::{CommandRunner, Runner};
 pub use vpc::Fabric;

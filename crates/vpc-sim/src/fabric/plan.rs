@@ -1,15 +1,23 @@
 //! What to build at startup: namespace names, the nodes' primary ENIs, the outside.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
-use ipnetwork::Ipv4Network;
+use ipnetwork::{Ipv4Network, Ipv6Network};
 
 use super::FabricError;
 use crate::model::Model;
 
 /// The outside's address unless `--outside-ip` says otherwise (TEST-NET-2, never routed).
 pub const DEFAULT_OUTSIDE_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 10);
+/// The outside's IPv6 address when the VPC has IPv6: in 2001:db8:8000::/33, the documentation
+/// half that VPCs never draw their /56 from (they take 2001:db8::/33), so it is never inside one.
+pub const DEFAULT_OUTSIDE_IPV6: Ipv6Addr = Ipv6Addr::new(0x2001, 0x0db8, 0x8000, 0, 0, 0, 0, 0x10);
+/// VPC side of the IPv6 link to the outside. Link-local addresses chosen here, not derived from
+/// the veths' random MACs, so both sides know the other's next hop before the link exists.
+pub const VPC_OUT_LINK6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
+/// Outside side of the IPv6 link to the VPC.
+pub const OUT_LINK6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 2);
 /// The link network between the VPC and the outside (TEST-NET-1, outside any sane VPC CIDR).
 pub const OUTSIDE_LINK_NET: Ipv4Network =
     match Ipv4Network::new_checked(Ipv4Addr::new(192, 0, 2, 0), 30) {
@@ -66,6 +74,8 @@ pub struct NodePlan {
     pub address: Ipv4Network,
     /// Subnet router.
     pub gateway: Ipv4Addr,
+    /// The instance's primary IPv6 address (IMDS `meta-data/ipv6`), when its subnet has IPv6.
+    pub ipv6: Option<Ipv6Addr>,
 }
 
 /// The outside namespace and its link to the VPC.
@@ -79,6 +89,8 @@ pub struct OutsidePlan {
     pub vpc_side: Ipv4Network,
     /// Outside side of the link network (`192.0.2.2/30`).
     pub out_side: Ipv4Network,
+    /// Its IPv6 address, on its `lo`, when the VPC has IPv6.
+    pub ipv6: Option<Ipv6Addr>,
 }
 
 impl OutsidePlan {
@@ -94,7 +106,13 @@ impl OutsidePlan {
             ip,
             vpc_side: side(1),
             out_side: side(2),
+            ipv6: None,
         }
+    }
+
+    /// The same outside with an IPv6 address as well.
+    pub fn with_ipv6(self, ipv6: Option<Ipv6Addr>) -> Self {
+        Self { ipv6, ..self }
     }
 }
 
@@ -106,6 +124,9 @@ pub struct FabricPlan {
     /// The VPC's CIDRs, the primary first: addresses in them that nobody holds are dropped,
     /// never sent outside.
     pub vpc_cidrs: Vec<Ipv4Network>,
+    /// The VPC's IPv6 /56 (dropped when nobody holds an address, like `vpc_cidrs`); `None` for
+    /// an IPv4-only VPC, whose fabric carries no IPv6 at all.
+    pub vpc_ipv6_cidr: Option<Ipv6Network>,
     /// The outside.
     pub outside: OutsidePlan,
     /// One entry per instance, in launch order.
@@ -135,13 +156,16 @@ impl FabricPlan {
                     address: Ipv4Network::new(eni.primary_ip, subnet.cidr.prefix())
                         .map_err(|e| FabricError::Plan(e.to_string()))?,
                     gateway: subnet.router(),
+                    ipv6: eni.ipv6_addresses.first().map(|a| a.value),
                 })
             })
             .collect::<Result<Vec<_>, FabricError>>()?;
         Ok(Self {
             vpc_netns: vpc_netns(name),
             vpc_cidrs: m.vpc().cidrs(),
-            outside: OutsidePlan::new(name, outside_ip),
+            vpc_ipv6_cidr: m.vpc().ipv6_cidr,
+            outside: OutsidePlan::new(name, outside_ip)
+                .with_ipv6(m.vpc().ipv6_cidr.map(|_| DEFAULT_OUTSIDE_IPV6)),
             nodes,
         })
     }

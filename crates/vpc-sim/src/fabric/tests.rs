@@ -62,8 +62,16 @@ impl Runner for Recorder {
 
     fn run_with_input(&mut self, argv: &[String], input: &str) -> Result<(), FabricError> {
         let command = argv.join(" ");
-        assert_eq!(argv[0..2], ["ip", "-n"], "batches run `ip -n NS -batch -`");
-        assert_eq!(argv[3..], ["-batch", "-"]);
+        assert_eq!(
+            argv[0..2],
+            ["ip", "-n"],
+            "batches run `ip -n NS [-6] -batch -`"
+        );
+        let family = match &argv[3..] {
+            [b, d] if b == "-batch" && d == "-" => "",
+            [six, b, d] if six == "-6" && b == "-batch" && d == "-" => "-6 ",
+            other => panic!("not a batch: {other:?}"),
+        };
         assert!(input.ends_with('\n'), "the last line is terminated");
         self.log.borrow_mut().push(command.clone());
         if self.hits(&command).is_some() {
@@ -74,7 +82,7 @@ impl Runner for Recorder {
             });
         }
         for (i, line) in input.lines().enumerate() {
-            let standalone = format!("ip -n {} {line}", argv[2]);
+            let standalone = format!("ip -n {} {family}{line}", argv[2]);
             self.log.borrow_mut().push(standalone.clone());
             if let Some(msg) = self.hits(&standalone) {
                 return Err(FabricError::Failed {
@@ -516,10 +524,13 @@ fn an_address_moving_between_enis_is_rerouted_and_its_old_neighbour_removed() {
             device: 1,
             mac: mac.into(),
             router: "10.0.0.1".parse().unwrap(),
+            next_hop6: None,
         },
         addressed: true,
         prompt: true,
         up: true,
+        router6: false,
+        next_hop6: false,
     };
     let mut from = Wiring::default();
     from.links
@@ -719,3 +730,5 @@ fn a_failure_midway_through_build_leaves_only_what_was_created_for_teardown() {
         ]
     );
 }
+
+mod ipv6;

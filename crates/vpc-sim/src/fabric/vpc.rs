@@ -3,8 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use super::plan::{FabricPlan, NodeRef, OUT_LINK, OUTSIDE_MTU, VPC_OUT_LINK};
+use super::plan::{
+    FabricPlan, NodePlan, NodeRef, OUT_LINK, OUT_LINK6, OUTSIDE_MTU, OutsidePlan, VPC_OUT_LINK,
+    VPC_OUT_LINK6,
+};
 use super::runner::Runner;
+use super::v6::ROUTER6;
 use super::wiring::{Op, Wiring, failed_line};
 use super::{FabricError, IMDS_ADDR};
 use crate::model::Model;
@@ -27,6 +31,20 @@ pub(super) const VPC_SYSCTLS: &[(&str, &str)] = &[
     // the router address (a /32) from answering ARP.
     ("net.ipv4.conf.all.arp_ignore", "0"),
     ("net.ipv4.conf.default.arp_ignore", "0"),
+];
+
+/// IPv6 sysctls of a namespace when the VPC has IPv6. IPv6 is on in a new namespace unless the
+/// host says otherwise (`devconf_inherit_init_net`), so it is switched on explicitly.
+pub(super) const IPV6_ON: &[(&str, &str)] = &[
+    ("net.ipv6.conf.all.disable_ipv6", "0"),
+    ("net.ipv6.conf.default.disable_ipv6", "0"),
+];
+
+/// IPv6 sysctls of the VPC and node namespaces besides [`IPV6_ON`]: both forward, as they do
+/// IPv4 (a node forwards for its pods).
+pub(super) const IPV6_FORWARDING: &[(&str, &str)] = &[
+    ("net.ipv6.conf.all.forwarding", "1"),
+    ("net.ipv6.conf.default.forwarding", "1"),
 ];
 
 /// Whether `ip`'s complaint means the thing to delete does not exist.
@@ -90,8 +108,12 @@ impl<R: Runner> Fabric<R> {
             return Err(FabricError::NamespaceExists(taken));
         }
         let vpc = plan.vpc_netns.as_str();
+        let v6 = plan.vpc_ipv6_cidr.is_some();
         self.add_netns(vpc)?;
         self.sysctls(vpc, VPC_SYSCTLS)?;
+        if v6 {
+            self.sysctls(vpc, &[IPV6_ON, IPV6_FORWARDING].concat())?;
+        }
         self.vpc_netns = Some(vpc.to_string());
         self.nodes = plan.node_map();
         // Addresses of the VPC that nobody holds are dropped, silently as in EC2, and never
@@ -99,7 +121,11 @@ impl<R: Runner> Fabric<R> {
         let blackholes = plan
             .vpc_cidrs
             .iter()
-            .map(|c| format!("route add blackhole {c}"));
+            .map(|c| format!("route add blackhole {c}"))
+            .chain(
+                plan.vpc_ipv6_cidr
+                    .map(|c| format!("route add blackhole {c}")),
+            );
         let lines: Vec<String> = std::iter::once("link set lo up".to_string())
             .chain(blackholes)
             .collect();
@@ -107,20 +133,15 @@ impl<R: Runner> Fabric<R> {
         self.build_outside(plan)?;
         for n in &plan.nodes {
             self.add_netns(&n.netns)?;
-            self.sysctls(&n.netns, &[("net.ipv4.ip_forward", "1")])?;
+            let mut kvs = vec![("net.ipv4.ip_forward", "1")];
+            if v6 {
+                kvs.extend([IPV6_ON, IPV6_FORWARDING].concat());
+            }
+            self.sysctls(&n.netns, &kvs)?;
         }
         self.sync(model)?;
         for n in &plan.nodes {
-            let lines = [
-                "link set lo up".to_string(),
-                // Host scope: reachable from the node itself, never chosen as the source of the
-                // node's own packets (on EC2 those leave from the primary address).
-                format!("addr add {IMDS_ADDR}/32 dev lo scope host"),
-                format!("addr add {} dev eth0", n.address),
-                "link set eth0 up".to_string(),
-                format!("route add default via {} dev eth0", n.gateway),
-            ];
-            self.batch(&n.netns, &lines)?;
+            self.batch(&n.netns, &node_lines(n))?;
         }
         Ok(())
     }
@@ -128,19 +149,11 @@ impl<R: Runner> Fabric<R> {
     fn build_outside(&mut self, plan: &FabricPlan) -> Result<(), FabricError> {
         let out = &plan.outside;
         self.add_netns(&out.netns)?;
+        if out.ipv6.is_some() {
+            self.sysctls(&out.netns, IPV6_ON)?;
+        }
         let vpc = plan.vpc_netns.as_str();
-        self.batch(
-            vpc,
-            &[
-                format!(
-                    "link add {VPC_OUT_LINK} mtu {OUTSIDE_MTU} type veth peer name {OUT_LINK} mtu {OUTSIDE_MTU} netns {}",
-                    out.netns
-                ),
-                format!("addr add {} dev {VPC_OUT_LINK}", out.vpc_side),
-                format!("link set {VPC_OUT_LINK} up"),
-                format!("route add default via {} dev {VPC_OUT_LINK}", out.out_side.ip()),
-            ],
-        )?;
+        self.batch(vpc, &vpc_out_lines(out))?;
         let mut lines = vec![
             "link set lo up".to_string(),
             format!("addr add {}/32 dev lo", out.ip),
@@ -153,12 +166,20 @@ impl<R: Runner> Fabric<R> {
                 .iter()
                 .map(|c| format!("route add {c} via {} dev {OUT_LINK}", out.vpc_side.ip())),
         );
+        if let (Some(ip6), Some(cidr6)) = (out.ipv6, plan.vpc_ipv6_cidr) {
+            lines.extend([
+                format!("addr add {ip6}/128 dev lo nodad"),
+                format!("addr add {OUT_LINK6}/64 dev {OUT_LINK} nodad"),
+                format!("route add {cidr6} via {VPC_OUT_LINK6} dev {OUT_LINK}"),
+            ]);
+        }
         self.batch(&out.netns, &lines)
     }
 
     /// Brings the VPC namespace in line with `model` (links of attached ENIs, `/32` routes and
-    /// permanent neighbours of their addresses), applying only the difference to what it holds,
-    /// in one `ip -batch`. Returns the number of lines run. On failure the record keeps exactly
+    /// permanent neighbours of their addresses; with IPv6 the routes of held IPv6 addresses and
+    /// /80s), applying only the difference to what it holds, in one `ip -batch`, then the IPv6
+    /// source rules in one `ip -6 -batch`. Returns the number of lines run. On failure the record keeps exactly
     /// the lines that were applied, so the next call repairs the rest. A deletion of something
     /// that is already gone (a node namespace removed behind our back takes its links along)
     /// counts as done, so such a link can still be detached.
@@ -169,11 +190,26 @@ impl<R: Runner> Fabric<R> {
             .ok_or_else(|| FabricError::Plan("the fabric is not built".into()))?;
         let want = Wiring::wanted(model, &self.nodes);
         let ops = self.applied.diff(&want);
-        let mut rest = ops.as_slice();
+        // The diff puts the `ip -6 rule` lines last, so this is one batch, or two.
+        let split = ops.iter().position(Op::is_ipv6_rule).unwrap_or(ops.len());
+        let (plain, rules) = ops.split_at(split);
+        self.apply(&vpc, plain, false)?;
+        self.apply(&vpc, rules, true)?;
+        Ok(ops.len())
+    }
+
+    /// Runs `ops` in `vpc` as one batch (`ip -6` when `v6`), recording what was applied.
+    fn apply(&mut self, vpc: &str, ops: &[Op], v6: bool) -> Result<(), FabricError> {
+        let mut rest = ops;
         // Each round applies at least one line or returns, so this ends.
         while !rest.is_empty() {
             let lines: Vec<String> = rest.iter().map(Op::line).collect();
-            let e = match self.batch(&vpc, &lines) {
+            let ran = if v6 {
+                self.batch6(vpc, &lines)
+            } else {
+                self.batch(vpc, &lines)
+            };
+            let e = match ran {
                 Ok(()) => {
                     rest.iter().for_each(|op| op.apply(&mut self.applied));
                     break;
@@ -202,13 +238,13 @@ impl<R: Runner> Fabric<R> {
                 continue;
             }
             return Err(FabricError::BatchLine {
-                netns: vpc,
+                netns: vpc.to_string(),
                 line,
                 text: lines[line - 1].clone(),
                 stderr,
             });
         }
-        Ok(ops.len())
+        Ok(())
     }
 
     /// `ip netns add NS` (recorded for teardown).
@@ -227,10 +263,18 @@ impl<R: Runner> Fabric<R> {
 
     /// `ip -n NS -batch -` with `lines`; stops at the first line that fails.
     pub fn batch(&mut self, ns: &str, lines: &[String]) -> Result<(), FabricError> {
+        self.run_batch(&["ip", "-n", ns, "-batch", "-"], lines)
+    }
+
+    /// `ip -n NS -6 -batch -` with `lines`, for what takes its family from the command line.
+    pub fn batch6(&mut self, ns: &str, lines: &[String]) -> Result<(), FabricError> {
+        self.run_batch(&["ip", "-n", ns, "-6", "-batch", "-"], lines)
+    }
+
+    fn run_batch(&mut self, cmd: &[&str], lines: &[String]) -> Result<(), FabricError> {
         let mut input = lines.join("\n");
         input.push('\n');
-        self.runner
-            .run_with_input(&argv(&["ip", "-n", ns, "-batch", "-"]), &input)
+        self.runner.run_with_input(&argv(cmd), &input)
     }
 
     /// Deletes every namespace this fabric created, newest first (nodes, outside, VPC); returns
@@ -247,6 +291,53 @@ impl<R: Runner> Fabric<R> {
         self.applied = Wiring::default();
         removed
     }
+}
+
+/// The VPC side of the link to the outside, and the VPC's default routes through it.
+fn vpc_out_lines(out: &OutsidePlan) -> Vec<String> {
+    let mut lines = vec![
+        format!(
+            "link add {VPC_OUT_LINK} mtu {OUTSIDE_MTU} type veth peer name {OUT_LINK} mtu {OUTSIDE_MTU} netns {}",
+            out.netns
+        ),
+        format!("addr add {} dev {VPC_OUT_LINK}", out.vpc_side),
+        format!("link set {VPC_OUT_LINK} up"),
+        format!(
+            "route add default via {} dev {VPC_OUT_LINK}",
+            out.out_side.ip()
+        ),
+    ];
+    if out.ipv6.is_some() {
+        // An egress-only internet gateway: IPv6 leaves with its source unchanged, no NAT.
+        lines.extend([
+            format!("addr add {VPC_OUT_LINK6}/64 dev {VPC_OUT_LINK} nodad"),
+            format!("route add default via {OUT_LINK6} dev {VPC_OUT_LINK}"),
+        ]);
+    }
+    lines
+}
+
+/// A node's side of its primary ENI, as the instance configures it at boot from DHCP (and on
+/// EC2 DHCPv6 plus router advertisements): its addresses, up, default routes.
+fn node_lines(n: &NodePlan) -> Vec<String> {
+    let mut lines = vec![
+        "link set lo up".to_string(),
+        // Host scope: reachable from the node itself, never chosen as the source of the node's
+        // own packets (on EC2 those leave from the primary address).
+        format!("addr add {IMDS_ADDR}/32 dev lo scope host"),
+        format!("addr add {} dev eth0", n.address),
+        "link set eth0 up".to_string(),
+        format!("route add default via {} dev eth0", n.gateway),
+    ];
+    if let Some(ip6) = n.ipv6 {
+        // A /128 as DHCPv6 gives it: nothing else of the subnet is on-link, everything goes
+        // through EC2's link-local router.
+        lines.extend([
+            format!("addr add {ip6}/128 dev eth0 nodad"),
+            format!("route add default via {ROUTER6} dev eth0"),
+        ]);
+    }
+    lines
 }
 
 impl<R: Runner> Drop for Fabric<R> {
