@@ -135,19 +135,64 @@ pub struct Config {
     /// `ENABLE_SUBNET_DISCOVERY`: new ENIs may go to subnets of the node's VPC and zone
     /// tagged `kubernetes.io/role/cni`.
     pub subnet_discovery: bool,
+    /// `ENABLE_IPv4` and `ENABLE_IPv6`: which addresses pods get.
+    pub ip_family: IpFamily,
+}
+
+/// Which VPC addresses pods get.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IpFamily {
+    /// An IPv4 address (secondary address or from a /28), as aws-node by default.
+    V4,
+    /// An IPv6 address from a /80 delegated to the primary ENI, as aws-node's IPv6 mode.
+    V6,
+    /// Both: beyond the Go CNI, which allows one family only.
+    Dual,
+}
+
+impl IpFamily {
+    /// Pods get an IPv4 address.
+    pub fn has_v4(self) -> bool {
+        self != IpFamily::V6
+    }
+
+    /// Pods get an IPv6 address.
+    pub fn has_v6(self) -> bool {
+        self != IpFamily::V4
+    }
+}
+
+/// The family from `ENABLE_IPv4` and `ENABLE_IPv6`. aws-node's IPv6 manifests set
+/// `ENABLE_IPv6=true` and `ENABLE_IPv4=false`, and its code treats an unset `ENABLE_IPv4` as
+/// false once IPv6 is on: both read as IPv6 mode here. Only both set to true explicitly asks
+/// for dual-stack pods, which aws-node refuses.
+fn ip_family<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<IpFamily, ConfigError> {
+    let v6 = env.boolean("ENABLE_IPv6", false)?;
+    let v4 = match env.raw("ENABLE_IPv4") {
+        None => !v6,
+        Some(_) => env.boolean("ENABLE_IPv4", true)?,
+    };
+    match (v4, v6) {
+        (true, false) => Ok(IpFamily::V4),
+        (false, true) => Ok(IpFamily::V6),
+        (true, true) => Ok(IpFamily::Dual),
+        (false, false) => Err(ConfigError {
+            var: "ENABLE_IPv4",
+            value: "false".into(),
+            problem: "ENABLE_IPv4 and ENABLE_IPv6 are both false: pods would get no address".into(),
+        }),
+    }
 }
 
 /// Go's strconv.ParseBool spellings.
 const TRUE: &[&str] = &["true", "1", "t", "T", "TRUE", "True"];
 const FALSE: &[&str] = &["false", "0", "f", "F", "FALSE", "False"];
 
-/// The Go CNI's variables that ask for something ipamd does not do (IPv6, branch ENIs, custom
-/// networking, multi-card, ...), each with the values that ask for nothing more than ipamd
+/// The Go CNI's variables that ask for something ipamd does not do (IPv6 egress for IPv4
+/// pods, branch ENIs, multi-card, ...), each with the values that ask for nothing more than ipamd
 /// does. Any other value starts ipamd with a warning, so nobody believes it took effect; the
 /// README's table says why each one is not honoured.
 pub const IGNORED_WITH_WARNING: &[(&str, &[&str])] = &[
-    ("ENABLE_IPv4", TRUE),
-    ("ENABLE_IPv6", FALSE),
     ("ENABLE_V6_EGRESS", FALSE),
     ("AWS_EXTERNAL_SERVICE_CIDRS", &[]),
     ("ENABLE_POD_ENI", FALSE),
@@ -425,7 +470,7 @@ impl Config {
         let env = Env { get };
         let (additional_eni_tags, dropped_eni_tags) =
             env.parsed("ADDITIONAL_ENI_TAGS", "{}", eni_tags)?;
-        Ok(Config {
+        let config = Config {
             socket: env.absolute_path("IPAMD_SOCKET", ipam_proto::DEFAULT_SOCKET)?,
             state_dir: env.absolute_path("IPAMD_STATE_DIR", "/run/vpc-cni/state")?,
             ip_cooldown: Duration::from_secs(env.uint("IP_COOLDOWN_PERIOD", 30)?.into()),
@@ -491,11 +536,25 @@ impl Config {
                 )?,
             },
             subnet_discovery: env.boolean("ENABLE_SUBNET_DISCOVERY", true)?,
+            ip_family: ip_family(&env)?,
             go_cni_checkpoint: PathBuf::from(
                 env.raw("AWS_VPC_K8S_CNI_BACKING_STORE")
                     .unwrap_or_else(|| "/var/run/aws-node/ipam.json".into()),
             ),
-        })
+        };
+        if config.ip_family == IpFamily::V6 && config.custom_networking {
+            // As aws-node: custom networking chooses the subnet of pods' IPv4 addresses, and
+            // IPv6 pods have none; their addresses come from the primary ENI's /80.
+            return Err(ConfigError {
+                var: "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG",
+                value: "true".into(),
+                problem: "custom networking has no effect in IPv6 mode (ENABLE_IPv6=true, \
+                          ENABLE_IPv4 not true): pods' IPv6 addresses come from the primary \
+                          ENI's /80; unset it, or enable dual-stack with ENABLE_IPv4=true"
+                    .into(),
+            });
+        }
+        Ok(config)
     }
 }
 
@@ -530,6 +589,42 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Config::from_env(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn the_ip_family_follows_aws_nodes_variables_and_both_means_dual_stack() {
+        let family = |pairs: &[(&str, &str)]| parse(pairs).map(|c| c.ip_family);
+        assert_eq!(family(&[]), Ok(IpFamily::V4));
+        assert_eq!(family(&[("ENABLE_IPv4", "true")]), Ok(IpFamily::V4));
+        assert_eq!(family(&[("ENABLE_IPv6", "true")]), Ok(IpFamily::V6));
+        assert_eq!(
+            family(&[("ENABLE_IPv6", "true"), ("ENABLE_IPv4", "false")]),
+            Ok(IpFamily::V6),
+            "aws-node's IPv6 manifest"
+        );
+        assert_eq!(
+            family(&[("ENABLE_IPv6", "true"), ("ENABLE_IPv4", "true")]),
+            Ok(IpFamily::Dual)
+        );
+        let none = parse(&[("ENABLE_IPv4", "false")]).unwrap_err();
+        assert!(none.to_string().contains("both false"), "{none}");
+        let bad = parse(&[("ENABLE_IPv6", "yes")]).unwrap_err();
+        assert_eq!(bad.var, "ENABLE_IPv6");
+        let custom = parse(&[
+            ("ENABLE_IPv6", "true"),
+            ("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "true"),
+        ])
+        .unwrap_err();
+        assert_eq!(custom.var, "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG");
+        assert!(
+            parse(&[
+                ("ENABLE_IPv6", "true"),
+                ("ENABLE_IPv4", "true"),
+                ("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "true"),
+            ])
+            .is_ok(),
+            "dual-stack keeps custom networking for the IPv4 part"
+        );
     }
 
     #[test]
@@ -682,13 +777,13 @@ mod tests {
             .is_empty()
         );
         let warnings = ignored_settings(env(&[
-            ("ENABLE_IPv6", "true"),
+            ("ENABLE_V6_EGRESS", "true"),
             ("AWS_EXTERNAL_SERVICE_CIDRS", "10.9.0.0/16"),
             ("WARM_IP_TARGET", "3"),
         ]));
         assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(
-            warnings[0].starts_with("ENABLE_IPv6=\"true\""),
+            warnings[0].starts_with("ENABLE_V6_EGRESS=\"true\""),
             "{warnings:?}"
         );
         assert!(

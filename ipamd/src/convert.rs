@@ -21,24 +21,39 @@ pub fn pod(p: &proto::PodMeta, netns: &str) -> pool::PodInfo {
     }
 }
 
-pub fn allocation(a: &pool::Allocated) -> proto::Allocation {
-    proto::Allocation {
+/// The wire form of what an attachment holds: its IPv4 address, its IPv6 address, or both
+/// (`None` for both only when it holds nothing, which callers never pass).
+pub fn allocation(
+    v4: Option<&pool::Allocated>,
+    v6: Option<&pool::Allocated6>,
+) -> Option<proto::Allocation> {
+    let (key, pod) = match (v4, v6) {
+        (Some(a), _) => (&a.key, &a.pod),
+        (None, Some(a)) => (&a.key, &a.pod),
+        (None, None) => return None,
+    };
+    Some(proto::Allocation {
         key: proto::AttachmentKey {
-            network: a.key.network.clone(),
-            container_id: a.key.container_id.clone(),
-            ifname: a.key.ifname.clone(),
+            network: key.network.clone(),
+            container_id: key.container_id.clone(),
+            ifname: key.ifname.clone(),
         },
         pod: proto::PodMeta {
-            namespace: a.pod.namespace.clone(),
-            name: a.pod.name.clone(),
-            infra_container_id: a.pod.infra_container_id.clone(),
-            uid: a.pod.uid.clone(),
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            infra_container_id: pod.infra_container_id.clone(),
+            uid: pod.uid.clone(),
         },
-        ip: a.ip,
-        eni_id: a.eni_id.clone(),
-        device_number: a.device_number,
-        route_table: a.route_table,
-    }
+        ip: v4.map(|a| a.ip),
+        ipv6: v6.map(|a| a.ip),
+        // An IPv6-only pod's address is on the primary ENI, routed by the main table.
+        eni_id: v4.map_or_else(
+            || v6.map(|a| a.eni_id.clone()).unwrap_or_default(),
+            |a| a.eni_id.clone(),
+        ),
+        device_number: v4.map_or(0, |a| a.device_number),
+        route_table: v4.map_or(pool::MAIN_TABLE, |a| a.route_table),
+    })
 }
 
 pub fn counts(c: pool::Counts) -> proto::PoolCounts {

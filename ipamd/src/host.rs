@@ -16,6 +16,8 @@ pub struct NodeNet {
     pub primary_mac: String,
     /// `AWS_VPC_ENI_MTU`, applied to the primary ENI's link.
     pub mtu: u32,
+    /// Pods get IPv6 addresses: the node forwards IPv6 and keeps its router advertisements.
+    pub ipv6: bool,
     /// The SNAT, connmark and fwmark settings. Their `primary_if` is left empty here and set
     /// to the name of the link found by `primary_mac` when the rules are applied.
     pub snat: NodeNetConfig,
@@ -39,6 +41,14 @@ pub enum HostError {
     /// The blocking task doing the work failed (panicked or was cancelled).
     #[error("host network task: {0}")]
     Task(#[from] tokio::task::JoinError),
+    /// A sysctl could not be read or set.
+    #[error("sysctl {path}: {source}")]
+    Sysctl {
+        /// Its /proc/sys path.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 impl From<netops::Error> for HostError {

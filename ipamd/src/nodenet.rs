@@ -1,5 +1,6 @@
 //! Node-wide network setup on the real node: the primary ENI's link MTU, then SNAT, connmark,
-//! the prio-1024 fwmark rule and rp_filter (netops::snat), all idempotent.
+//! the prio-1024 fwmark rule and rp_filter (netops::snat), and IPv6 forwarding in IPv6 mode,
+//! all idempotent.
 
 use netops::snat::{self, NodeNetConfig, SystemRunner};
 use netops::{Netlink, parse_mac};
@@ -21,6 +22,10 @@ pub fn setup(net: &NodeNet) -> Result<Vec<String>, HostError> {
         changes.push(format!("{} mtu {}", link.name, net.mtu));
     }
 
+    if net.ipv6 {
+        changes.extend(ipv6_sysctls(&link.name)?);
+    }
+
     let runner = SystemRunner;
     let backend = snat::detect_backend(&runner)?;
     info!(?backend, primary_if = %link.name, "iptables backend");
@@ -30,5 +35,34 @@ pub fn setup(net: &NodeNet) -> Result<Vec<String>, HostError> {
     };
     let report = snat::setup_node_networking(&runner, &nl, backend, &cfg)?;
     changes.extend(report.changes());
+    Ok(changes)
+}
+
+/// What an IPv6 node needs, as aws-node's init container sets it: IPv6 on, forwarding between
+/// the pods' veths and the primary ENI, and router advertisements still accepted on the primary
+/// ENI although forwarding is on (`accept_ra=2`), so the node keeps its default route.
+fn ipv6_sysctls(primary_if: &str) -> Result<Vec<String>, HostError> {
+    let settings = [
+        ("net/ipv6/conf/all/disable_ipv6".to_string(), "0"),
+        ("net/ipv6/conf/all/forwarding".to_string(), "1"),
+        (format!("net/ipv6/conf/{primary_if}/accept_ra"), "2"),
+    ];
+    let mut changes = Vec::new();
+    for (key, value) in settings {
+        let path = format!("/proc/sys/{key}");
+        let current = std::fs::read_to_string(&path).map_err(|source| HostError::Sysctl {
+            path: path.clone(),
+            source,
+        })?;
+        // The DaemonSet's ipamd sees /proc/sys read-only; `ipamd init` has set these already.
+        if current.trim() == value {
+            continue;
+        }
+        std::fs::write(&path, value).map_err(|source| HostError::Sysctl {
+            path: path.clone(),
+            source,
+        })?;
+        changes.push(format!("{} = {value}", key.replace('/', ".")));
+    }
     Ok(changes)
 }

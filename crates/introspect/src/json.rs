@@ -3,9 +3,9 @@
 //! encoder sorts map keys.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
-use ipnet_text::{mask_base64, network_key};
+use ipnet_text::{mask_base64, mask6_base64, network_key};
 use pool::{Action, AddrSlot, EniInfo, PREFIX_LEN, SlotState};
 use serde::{Deserialize, Serialize};
 
@@ -47,7 +47,7 @@ pub struct Eni {
     /// Secondary addresses as `/32`s and delegated prefixes as `/28`s, by CIDR.
     #[serde(rename = "AvailableIPv4Cidrs")]
     pub available_ipv4_cidrs: BTreeMap<String, CidrInfo>,
-    /// Always empty: IPv4 only.
+    /// The delegated IPv6 /80s (IPv6 mode and dual-stack), with the addresses held or cooling.
     #[serde(rename = "IPv6Cidrs")]
     pub ipv6_cidrs: BTreeMap<String, CidrInfo>,
     /// It gives no address to new pods (the primary ENI under custom networking).
@@ -194,7 +194,7 @@ fn eni(view: &PoolView, info: &EniInfo) -> Eni {
                 address_family: String::new(),
             })
             .ip_addresses
-            .insert(ip.to_string(), address(ip, slot));
+            .insert(ip.to_string(), address(ip.into(), slot));
     }
     // A prefix is listed even if the pool somehow holds none of its members.
     for prefix in view.pool.prefixes(&info.id) {
@@ -217,7 +217,7 @@ fn eni(view: &PoolView, info: &EniInfo) -> Eni {
         is_efa: false,
         device_number: info.device_number,
         available_ipv4_cidrs: cidrs,
-        ipv6_cidrs: BTreeMap::new(),
+        ipv6_cidrs: ipv6_cidrs(view, &info.id),
         is_excluded_for_pod_ips: view.pool.is_excluded(&info.id),
         route_table_id: info.route_table(),
         subnet_id: info.subnet_id.clone(),
@@ -225,7 +225,40 @@ fn eni(view: &PoolView, info: &EniInfo) -> Eni {
     }
 }
 
-fn address(ip: Ipv4Addr, slot: &AddrSlot) -> AddressInfo {
+/// The /80s delegated to ENI `eni_id`, each with its addresses held or cooling.
+fn ipv6_cidrs(view: &PoolView, eni_id: &str) -> BTreeMap<String, CidrInfo> {
+    let v6 = view.pool.v6();
+    let (_, addrs) = v6.to_state();
+    v6.prefixes()
+        .filter(|(_, eni)| *eni == eni_id)
+        .map(|(prefix, _)| {
+            let ip_addresses = addrs
+                .iter()
+                .filter(|a| prefix.contains(a.ip))
+                .map(|a| {
+                    let slot = AddrSlot {
+                        state: a.state.clone(),
+                        released_at: None,
+                        prefix: None,
+                    };
+                    (a.ip.to_string(), address(a.ip.into(), &slot))
+                })
+                .collect();
+            let info = CidrInfo {
+                cidr: IpNet {
+                    ip: prefix.network().to_string(),
+                    mask: mask6_base64(prefix.prefix()),
+                },
+                ip_addresses,
+                is_prefix: true,
+                address_family: "6".into(),
+            };
+            (prefix.to_string(), info)
+        })
+        .collect()
+}
+
+fn address(ip: IpAddr, slot: &AddrSlot) -> AddressInfo {
     let (ipam_key, ipam_metadata, assigned_time) = match &slot.state {
         SlotState::Assigned {
             key,
@@ -301,6 +334,15 @@ pub fn pods(view: &PoolView) -> Vec<PodEntry> {
             interface: a.key.ifname,
         })
         .collect();
+    pods.extend(view.pool.v6().allocations().into_iter().map(|a| PodEntry {
+        namespace: a.pod.namespace,
+        name: a.pod.name,
+        ip: a.ip.to_string(),
+        eni: a.eni_id,
+        device_number: 0,
+        assigned_time: gotime::format(a.assigned_at),
+        interface: a.key.ifname,
+    }));
     pods.sort_by(|a, b| {
         (&a.namespace, &a.name)
             .cmp(&(&b.namespace, &b.name))
@@ -309,8 +351,9 @@ pub fn pods(view: &PoolView) -> Vec<PodEntry> {
     pods
 }
 
-fn parse_or_max(ip: &str) -> Ipv4Addr {
-    ip.parse().unwrap_or(Ipv4Addr::BROADCAST)
+fn parse_or_max(ip: &str) -> IpAddr {
+    ip.parse()
+        .unwrap_or(IpAddr::V6(std::net::Ipv6Addr::from(u128::MAX)))
 }
 
 /// `/v1/pool` (ours): the pool's numbers, limits and targets, and what the controller will do
@@ -560,28 +603,40 @@ mod ipnet_text {
         format!("{network}/{len}")
     }
 
-    /// The mask of a /`len` as Go marshals a `net.IPMask` (a byte slice): standard base64 of
-    /// its four bytes.
+    /// The mask of an IPv4 /`len` as Go marshals a `net.IPMask` (a byte slice): standard
+    /// base64 of its four bytes.
     pub fn mask_base64(len: u8) -> String {
         let mask = u32::MAX
             .checked_shl(32 - u32::from(len.min(32)))
             .unwrap_or(0);
-        base64_4(mask.to_be_bytes())
+        base64(&mask.to_be_bytes())
     }
 
-    fn base64_4(bytes: [u8; 4]) -> String {
+    /// The mask of an IPv6 /`len`, as Go marshals it: base64 of its sixteen bytes.
+    pub fn mask6_base64(len: u8) -> String {
+        let mask = u128::MAX
+            .checked_shl(128 - u32::from(len.min(128)))
+            .unwrap_or(0);
+        base64(&mask.to_be_bytes())
+    }
+
+    fn base64(bytes: &[u8]) -> String {
         const ALPHABET: &[u8; 64] =
             b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let sextet = |n: u32| char::from(ALPHABET[(n & 63) as usize]);
-        let first = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], 0]) >> 8;
-        let last = u32::from(bytes[3]) << 16;
-        let mut s = String::with_capacity(8);
-        for shift in [18, 12, 6, 0] {
-            s.push(sextet(first >> shift));
+        let mut s = String::with_capacity(bytes.len().div_ceil(3) * 4);
+        for chunk in bytes.chunks(3) {
+            let n = chunk
+                .iter()
+                .enumerate()
+                .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    s.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+                } else {
+                    s.push('=');
+                }
+            }
         }
-        s.push(sextet(last >> 18));
-        s.push(sextet(last >> 12));
-        s.push_str("==");
         s
     }
 
@@ -597,6 +652,9 @@ mod ipnet_text {
             assert_eq!(mask_base64(24), "////AA==");
             assert_eq!(mask_base64(0), "AAAAAA==");
             assert_eq!(network_key(Ipv4Addr::new(10, 0, 0, 16), 28), "10.0.0.16/28");
+            // Go: base64 of ten 0xff bytes and six zeros.
+            assert_eq!(mask6_base64(80), "/////////////wAAAAAAAA==");
+            assert_eq!(mask6_base64(128), "/////////////////////w==");
         }
     }
 }

@@ -20,7 +20,7 @@ pub use frame::{
 pub use message::*;
 
 /// The protocol version this build speaks. Plugin and daemon ship together and must agree.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Where ipamd listens unless configured otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/vpc-cni/ipamd.sock";

@@ -1,5 +1,5 @@
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
 
@@ -115,8 +115,12 @@ pub struct Allocation {
     pub key: AttachmentKey,
     /// Who holds it.
     pub pod: PodMeta,
-    /// The pod's address.
-    pub ip: Ipv4Addr,
+    /// The pod's IPv4 address (none in IPv6 mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<Ipv4Addr>,
+    /// The pod's IPv6 address (IPv6 mode and dual-stack), from a /80 of the primary ENI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv6: Option<Ipv6Addr>,
     /// The ENI it is a secondary address of.
     pub eni_id: String,
     /// The ENI's device number (0 = primary ENI).

@@ -133,7 +133,9 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         let added = self
             .persist(|pool| {
                 let muts = change(pool);
-                let added = muts.iter().any(|m| matches!(m, Mutation::PutAddr(_)));
+                let added = muts
+                    .iter()
+                    .any(|m| matches!(m, Mutation::PutAddr(_) | Mutation::PutPrefix6(_)));
                 Ok::<_, PersistError>((added, muts))
             })
             .await?;

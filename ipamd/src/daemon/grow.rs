@@ -52,6 +52,13 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     pub async fn grow(&self) {
         let _ec2_ops = self.ec2_ops.lock().await;
         let _busy = self.metrics.action_in_progress("increaseDatastorePool");
+        if self.node.ip_family.has_v6() {
+            self.ensure_prefix6().await;
+        }
+        if !self.node.ip_family.has_v4() {
+            // IPv6 mode has no IPv4 pool to manage.
+            return;
+        }
         for _ in 0..ACTIONS_PER_ROUND {
             let now = self.clock.now();
             let plan = self.current_plan(now);

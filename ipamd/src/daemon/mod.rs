@@ -13,6 +13,7 @@ mod reconcile;
 mod recover;
 mod requests;
 mod shrink;
+mod v6;
 mod waits;
 
 pub use leaks::{LeakReport, MAX_START_JITTER, MIN_LEAK_AGE};
@@ -32,7 +33,7 @@ use thiserror::Error;
 use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
-use crate::config::Config;
+use crate::config::{Config, IpFamily};
 use crate::durability::{Durability, PersistError};
 use crate::host::{HostError, HostNetwork, NodeNet};
 use growth::Growth;
@@ -111,6 +112,8 @@ pub struct Node {
     pub eni_config_keys: cluster::EniConfigKeys,
     /// ENABLE_SUBNET_DISCOVERY.
     pub subnet_discovery: bool,
+    /// ENABLE_IPv4 and ENABLE_IPv6.
+    pub ip_family: IpFamily,
 }
 
 /// The running daemon, generic over its seams: EC2, IMDS, the node's network and the store.
@@ -236,12 +239,14 @@ pub fn node_net(config: &Config, identity: &NodeIdentity) -> NodeNet {
     NodeNet {
         primary_mac: identity.primary_eni.mac.clone(),
         mtu: config.eni_mtu,
+        ipv6: config.ip_family.has_v6(),
         snat: netops::snat::NodeNetConfig {
             primary_if: String::new(),
             primary_ip: identity.primary_ip,
             vpc_cidrs: identity.vpc_cidrs.clone(),
             exclude_snat_cidrs: config.exclude_snat_cidrs.clone(),
-            external_snat: config.external_snat,
+            // IPv6 mode has no VPC IPv4 pod address to translate (aws-node skips SNAT there).
+            external_snat: config.external_snat || !config.ip_family.has_v4(),
             randomize: config.randomize_snat,
             veth_prefix: config.veth_prefix.clone(),
             connmark: config.connmark,
@@ -317,6 +322,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 custom_networking: config.custom_networking,
                 eni_config_keys: config.eni_config_keys.clone(),
                 subnet_discovery: config.subnet_discovery,
+                ip_family: config.ip_family,
             },
             limits: Mutex::new(limits),
             security_groups: Mutex::new(Vec::new()),

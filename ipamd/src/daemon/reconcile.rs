@@ -176,6 +176,9 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             Ok::<_, PersistError>(((), muts))
         })
         .await?;
+        if self.node.ip_family.has_v6() {
+            self.sync_prefixes6(primary).await?;
+        }
 
         // Secondary ENIs of ours: set up on the node, then synced.
         for eni in ours.iter().filter(|e| &e.id != primary_id) {

@@ -52,27 +52,36 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// ADD. With no address free but the pool able to grow, the ADD waits (up to
     /// `IPAMD_ADD_WAIT`) for the addresses the controller is getting, instead of sending the
     /// runtime away to retry: that is what keeps a pod on a cold node out of ContainerCreating.
+    /// A dual-stack attachment gets both addresses or neither.
     async fn add(&self, r: proto::AddRequest) -> Result<Reply, DaemonError> {
         let key = convert::key(&r.key);
         let pod = convert::pod(&r.pod, &r.netns);
         let deadline = tokio::time::Instant::now() + self.node.add_wait;
         // Subscribed before the first attempt, so growth in between is not missed.
         let mut grown = self.grown.subscribe();
-        let (allocated, existing, seq) = loop {
+        let (held, existing, seq) = loop {
             let now = self.clock.now();
             let attempt = {
                 let mut pool = lock(&self.pool);
-                let existing = pool.get(&key).is_some();
-                match pool.assign(&key, &pod, now) {
-                    Ok((allocated, muts)) => Ok((allocated, existing, self.commit(&pool, &muts)?)),
-                    Err(e) => Err(e),
+                let existing = pool.get(&key).is_some() || pool.v6().get(&key).is_some();
+                let (result, muts) = self.assign(&mut pool, &key, &pod, now);
+                match result {
+                    Ok(held) => Ok((held, existing, self.commit(&pool, &muts)?)),
+                    Err(e) => {
+                        if !muts.is_empty() {
+                            self.commit(&pool, &muts)?;
+                        }
+                        Err(e)
+                    }
                 }
             };
             match attempt {
                 Ok(done) => break done,
                 Err(e) => {
                     self.kick.notify_one();
-                    if self.can_grow(now).is_err() {
+                    if let Shortage::V4(_) = e
+                        && self.can_grow(now).is_err()
+                    {
                         return Err(self.no_address(&key, e, now));
                     }
                     match tokio::time::timeout_at(deadline, grown.changed()).await {
@@ -89,22 +98,78 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         self.durable.wait(seq).await?;
         // The pool may have dropped below its target: let the controller look now.
         self.kick.notify_one();
+        let allocation = held
+            .allocation()
+            .ok_or_else(|| internal("assigned nothing"))?;
         info!(
-            attachment = %key, ip = %allocated.ip, eni = %allocated.eni_id,
+            attachment = %key, addresses = %held, eni = %allocation.eni_id,
             pod = %format_args!("{}/{}", r.pod.namespace, r.pod.name),
             "assigned address"
         );
         Ok(Reply::Add(proto::AddReply {
-            allocation: convert::allocation(&allocated),
+            allocation,
             existing,
         }))
     }
 
-    fn no_address(&self, key: &pool::AttachmentKey, e: AssignError, now: Timestamp) -> DaemonError {
+    /// Assigns what the node's family gives a pod, under the pool lock. The mutations are
+    /// returned on failure too: a failed attempt may still have changed the pool (cooled IPv6
+    /// addresses forgotten), and the store must follow.
+    fn assign(
+        &self,
+        pool: &mut pool::Pool,
+        key: &pool::AttachmentKey,
+        pod: &pool::PodInfo,
+        now: Timestamp,
+    ) -> (Result<Held, Shortage>, Vec<pool::Mutation>) {
+        let family = self.node.ip_family;
+        let mut muts = Vec::new();
+        // IPv6 first: it fails only without a prefix, and undoing it is exact (the address is
+        // forgotten), whereas an IPv4 address given back loses its release time.
+        let v6 = if family.has_v6() {
+            match pool.v6_mut().assign(key, pod, now) {
+                Ok((a, m)) => {
+                    muts.extend(m);
+                    Some(a)
+                }
+                Err(e) => return (Err(Shortage::V6(e)), muts),
+            }
+        } else {
+            None
+        };
+        let v4 = if family.has_v4() {
+            match pool.assign(key, pod, now) {
+                Ok((a, m)) => {
+                    muts.extend(m);
+                    Some(a)
+                }
+                Err(e) => {
+                    let fresh = muts
+                        .iter()
+                        .any(|m| matches!(m, pool::Mutation::PutAddr6(_)));
+                    if fresh {
+                        // Its IPv6 record was never committed: forgetting it restores the store's view.
+                        pool.v6_mut().unassign_unused(key);
+                        muts.retain(|m| !matches!(m, pool::Mutation::PutAddr6(_)));
+                    }
+                    return (Err(Shortage::V4(e)), muts);
+                }
+            }
+        } else {
+            None
+        };
+        (Ok(Held { v4, v6 }), muts)
+    }
+
+    fn no_address(&self, key: &pool::AttachmentKey, e: Shortage, now: Timestamp) -> DaemonError {
         self.kick.notify_one();
-        let growth = match self.can_grow(now) {
-            Err(why) => why.to_string(),
-            Ok(()) => match self.last_growth_error() {
+        let growth = match (&e, self.can_grow(now)) {
+            (Shortage::V6(_), _) => match self.last_growth_error() {
+                Some(last) => format!("last attempt: {last}"),
+                None => "ipamd is asking EC2 for one, retry shortly".to_string(),
+            },
+            (Shortage::V4(_), Err(why)) => why.to_string(),
+            (Shortage::V4(_), Ok(())) => match self.last_growth_error() {
                 Some(last) => format!("the pool is growing (last attempt: {last})"),
                 None => "the pool is growing, retry shortly".to_string(),
             },
@@ -120,37 +185,53 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         let now = self.clock.now();
         let released = self
             .persist(|pool| {
-                let Some(allocated) = pool.get(&key) else {
-                    return Ok((None, Vec::new()));
+                let held = Held {
+                    v4: pool.get(&key),
+                    v6: pool.v6().get(&key),
                 };
                 // An address whose wiring failed never reached a pod: nothing to cool down.
-                let muts = if r.reason == proto::DelReason::SetupFailed {
-                    pool.unassign_unused(&key).unwrap_or_default()
+                let mut muts = Vec::new();
+                if r.reason == proto::DelReason::SetupFailed {
+                    muts.extend(pool.unassign_unused(&key).unwrap_or_default());
+                    muts.extend(pool.v6_mut().unassign_unused(&key).unwrap_or_default());
                 } else {
-                    pool.release(&key, now).map(|(_, m)| m).unwrap_or_default()
-                };
-                Ok::<_, DaemonError>((Some(allocated), muts))
+                    muts.extend(pool.release(&key, now).map(|(_, m)| m).unwrap_or_default());
+                    muts.extend(
+                        pool.v6_mut()
+                            .release(&key, now)
+                            .map(|(_, m)| m)
+                            .unwrap_or_default(),
+                    );
+                }
+                Ok::<_, DaemonError>((held, muts))
             })
             .await?;
         // The pool may now be above its target: let the controller look.
         self.kick.notify_one();
-        match &released {
-            Some(a) => info!(attachment = %key, ip = %a.ip, reason = ?r.reason, "released address"),
+        let allocation = released.allocation();
+        match &allocation {
+            Some(_) => {
+                info!(attachment = %key, addresses = %released, reason = ?r.reason, "released address")
+            }
             None => debug!(attachment = %key, "DEL of an attachment that holds nothing"),
         }
         Ok(Reply::Del(proto::DelReply {
-            released: released.map(|a| convert::allocation(&a)),
+            released: allocation,
         }))
     }
 
     async fn check(&self, r: proto::CheckRequest) -> Result<Reply, DaemonError> {
         let key = convert::key(&r.key);
-        let found = lock(&self.pool).get(&key);
+        let found = {
+            let pool = lock(&self.pool);
+            Held {
+                v4: pool.get(&key),
+                v6: pool.v6().get(&key),
+            }
+        };
         self.durable.wait(self.durable.seen()).await?;
-        match found {
-            Some(a) => Ok(Reply::Check(proto::CheckReply {
-                allocation: convert::allocation(&a),
-            })),
+        match found.allocation() {
+            Some(allocation) => Ok(Reply::Check(proto::CheckReply { allocation })),
             None => Err(DaemonError::new(
                 ErrorKind::UnknownAttachment,
                 format!("ipamd holds no address for {key}"),
@@ -168,10 +249,22 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         })
     }
 
-    /// Why an ADD now would fail, if it would: no address free and none coming.
+    /// Why an ADD now would fail, if it would: no IPv6 prefix (IPv6 and dual-stack), or no
+    /// IPv4 address free and none coming.
     pub(super) fn not_ready(&self, now: Timestamp) -> Option<String> {
-        let counts = lock(&self.pool).counts(now);
-        if counts.available > 0 {
+        let (counts, prefixes6) = {
+            let pool = lock(&self.pool);
+            (pool.counts(now), pool.v6().counts(now).prefixes)
+        };
+        if self.node.ip_family.has_v6() && prefixes6 == 0 {
+            let last = self
+                .last_growth_error()
+                .map_or_else(|| "not asked yet".to_string(), |e| e.to_string());
+            return Some(format!(
+                "no IPv6 prefix delegated to the primary ENI yet ({last})"
+            ));
+        }
+        if !self.node.ip_family.has_v4() || counts.available > 0 {
             return None;
         }
         self.can_grow(now).err().map(|why| {
@@ -189,17 +282,67 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             .map(|v| (v.container_id, v.ifname))
             .collect();
         let now = self.clock.now();
-        let released = self
-            .persist(|pool| Ok::<_, DaemonError>(pool.gc(&r.network, &valid, now)))
+        let (released, released6) = self
+            .persist(|pool| {
+                let (released, mut muts) = pool.gc(&r.network, &valid, now);
+                let (released6, m) = pool.v6_mut().gc(&r.network, &valid, now);
+                muts.extend(m);
+                Ok::<_, DaemonError>(((released, released6), muts))
+            })
             .await?;
-        for rel in &released {
-            info!(attachment = %rel.allocation.key, ip = %rel.allocation.ip, "GC released address");
+        // One allocation per attachment, with both of a dual-stack pod's addresses.
+        let mut by_key: std::collections::BTreeMap<pool::AttachmentKey, Held> = Default::default();
+        for r in released {
+            let key = r.allocation.key.clone();
+            by_key.entry(key).or_default().v4 = Some(r.allocation);
+        }
+        for a in released6 {
+            let key = a.key.clone();
+            by_key.entry(key).or_default().v6 = Some(a);
+        }
+        for (key, held) in &by_key {
+            info!(attachment = %key, addresses = %held, "GC released address");
         }
         Ok(Reply::Gc(proto::GcReply {
-            released: released
-                .iter()
-                .map(|r| convert::allocation(&r.allocation))
-                .collect(),
+            released: by_key.values().filter_map(Held::allocation).collect(),
         }))
+    }
+}
+
+/// What one attachment holds.
+#[derive(Default)]
+struct Held {
+    v4: Option<pool::Allocated>,
+    v6: Option<pool::Allocated6>,
+}
+
+impl Held {
+    fn allocation(&self) -> Option<proto::Allocation> {
+        convert::allocation(self.v4.as_ref(), self.v6.as_ref())
+    }
+}
+
+impl std::fmt::Display for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v4 = self.v4.as_ref().map(|a| a.ip.to_string());
+        let v6 = self.v6.as_ref().map(|a| a.ip.to_string());
+        let all: Vec<String> = v4.into_iter().chain(v6).collect();
+        f.write_str(&all.join(" "))
+    }
+}
+
+/// Why an attachment could not get its addresses.
+#[derive(Debug)]
+enum Shortage {
+    V4(AssignError),
+    V6(pool::Pool6Error),
+}
+
+impl std::fmt::Display for Shortage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Shortage::V4(e) => write!(f, "{e}"),
+            Shortage::V6(e) => write!(f, "{e}"),
+        }
     }
 }

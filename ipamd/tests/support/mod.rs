@@ -365,3 +365,8 @@ pub fn pool_key(n: u32) -> pool::AttachmentKey {
         ifname: k.ifname,
     }
 }
+
+/// The IPv4 address `d` gives pod `n`, which must get one.
+pub async fn ipv4_of(d: &TestDaemon, n: u32) -> Ipv4Addr {
+    allocate(d, n).await.ip.expect("an IPv4 address")
+}

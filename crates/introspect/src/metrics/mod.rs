@@ -339,9 +339,14 @@ impl Metrics {
         self.ip_max
             .set(i64::try_from(view.max_ips()).unwrap_or(i64::MAX));
         self.eni_allocated.set(count(pool.enis().count()));
+        // IPv6 addresses count as held or cooling too, as aws-node counts them in IPv6 mode;
+        // the /80's 2^48 addresses are not counted as a total.
+        let counts6 = pool.v6().counts(view.now);
         self.total_ips.set(i64::from(counts.total));
-        self.assigned_ips.set(i64::from(counts.assigned));
-        self.cooling_ips.set(i64::from(counts.cooling));
+        self.assigned_ips
+            .set(i64::from(counts.assigned) + i64::from(counts6.assigned));
+        self.cooling_ips
+            .set(i64::from(counts.cooling) + i64::from(counts6.cooling));
         self.total_prefixes.set(count(view.prefix_count()));
         self.ips_per_cidr.reset();
         self.ips_per_eni.reset();
@@ -364,6 +369,19 @@ impl Metrics {
                     .add(0);
             }
             self.ips_per_eni.with_label_values(&[&eni.id]).set(on_eni);
+        }
+        for a in pool.v6().allocations() {
+            self.ips_per_eni.with_label_values(&[&a.eni_id]).add(1);
+            if let Some((prefix, _)) = pool.v6().prefixes().find(|(p, _)| p.contains(a.ip)) {
+                self.ips_per_cidr
+                    .with_label_values(&[&prefix.to_string()])
+                    .add(1);
+            }
+        }
+        for (prefix, _) in pool.v6().prefixes() {
+            self.ips_per_cidr
+                .with_label_values(&[&prefix.to_string()])
+                .add(0);
         }
     }
 
