@@ -18,9 +18,9 @@ use support::*;
 async fn three_pods_one_deleted(node: &Node) -> [Ipv4Addr; 3] {
     let d = node.start(&[]).await;
     let ips = [
-        allocate(&d, 1).await.ip,
-        allocate(&d, 2).await.ip,
-        allocate(&d, 3).await.ip,
+        allocate(&d, 1).await.ip.unwrap(),
+        allocate(&d, 2).await.ip.unwrap(),
+        allocate(&d, 3).await.ip.unwrap(),
     ];
     d.handle(del(3)).await.unwrap();
     d.flush().await.unwrap();
@@ -98,7 +98,7 @@ async fn a_truncated_store_is_rebuilt_and_live_pods_keep_their_addresses() {
         "{c} is still in the pool"
     );
     // New pods get addresses nobody may still be using: growth brought fresh ones.
-    let fresh = allocate(&d, 4).await.ip;
+    let fresh = allocate(&d, 4).await.ip.unwrap();
     assert!(![a, b, c].contains(&fresh), "{fresh} handed out again");
     assert!(
         primary.iter().all(|(ip, _)| *ip != fresh),
@@ -171,7 +171,7 @@ async fn unreadable_records_lose_only_their_own_addresses() {
         available >= 1,
         "addresses whose records were fine stay available"
     );
-    let next = allocate(&d, 4).await.ip;
+    let next = allocate(&d, 4).await.ip.unwrap();
     assert!(![a, b, c].contains(&next), "{next}");
 }
 

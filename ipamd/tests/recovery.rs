@@ -19,9 +19,12 @@ async fn a_restart_reclaims_addresses_whose_pods_went_while_it_was_down() {
     let node = Node::at(1_000);
     let (gone, running, just_added) = {
         let d = node.start(&[]).await;
-        let (gone, running) = (allocate(&d, 1).await.ip, allocate(&d, 2).await.ip);
+        let (gone, running) = (
+            allocate(&d, 1).await.ip.unwrap(),
+            allocate(&d, 2).await.ip.unwrap(),
+        );
         node.clock.advance(DEAD_POD_GRACE + Duration::from_secs(1));
-        (gone, running, allocate(&d, 3).await.ip)
+        (gone, running, allocate(&d, 3).await.ip.unwrap())
     };
     // While ipamd was away the plugin's DEL removed pod 1's route, and pod 3's ADD got its
     // reply but has not added the route yet; pod 2 runs on.
@@ -78,7 +81,11 @@ async fn a_prefix_delegation_eni_brings_its_prefix_into_the_pool() {
         last = Some(allocate(&d, n).await);
     }
     let last = last.unwrap();
-    assert!(prefix.contains(last.ip), "{} not in {prefix}", last.ip);
+    assert!(
+        prefix.contains(last.ip.unwrap()),
+        "{:?} not in {prefix}",
+        last.ip
+    );
     assert_eq!((last.eni_id, last.device_number), (eni.id, 1));
 }
 

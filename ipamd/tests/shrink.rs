@@ -22,7 +22,7 @@ async fn prefix_delegation_serves_pods_from_a_28() {
     let prefix = primary.prefixes[0];
     assert_eq!(d.pool_snapshot().counts(pool::Timestamp(0)).total, 16);
     let a = allocate(&d, 1).await;
-    assert!(prefix.contains(a.ip), "{} not in {prefix}", a.ip);
+    assert!(prefix.contains(a.ip.unwrap()), "{:?} not in {prefix}", a.ip);
     // A pod in the prefix leaves no whole free prefix: WARM_PREFIX_TARGET=1 asks for a second.
     d.grow().await;
     assert_eq!(node.ec2.eni(ENI).unwrap().prefixes.len(), 2);
