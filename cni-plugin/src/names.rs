@@ -118,7 +118,8 @@ mod tests {
                 name: "nginx".into(),
                 ..Default::default()
             },
-            ip: "10.0.0.9".parse().unwrap(),
+            ip: Some("10.0.0.9".parse().unwrap()),
+            ipv6: None,
             eni_id: "eni-1".into(),
             device_number: 0,
             route_table: RT_TABLE_MAIN,

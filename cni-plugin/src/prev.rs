@@ -4,7 +4,7 @@
 //! interfaces and addresses of other plugins too; only the entries that are recognisably ours
 //! are taken.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use cni::CniResult;
 
@@ -12,7 +12,9 @@ use cni::CniResult;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recorded {
     /// The pod's IPv4 address.
-    pub ip: Option<Ipv4Addr>,
+    pub ipv4: Option<Ipv4Addr>,
+    /// The pod's IPv6 address.
+    pub ipv6: Option<Ipv6Addr>,
     /// The host veth's name.
     pub host_veth: Option<String>,
     /// The host veth's MAC as written in the result.
@@ -24,23 +26,29 @@ pub struct Recorded {
 /// Finds the attachment on interface `ifname` in `prev`.
 ///
 /// - Container interface: named `ifname` with a sandbox.
-/// - Address: the first IPv4 `ips[]` entry that points at an interface named `ifname`, or at
-///   no interface (an abbreviated IPAM-style entry).
+/// - Addresses: the first IPv4 and the first IPv6 `ips[]` entry that point at an interface
+///   named `ifname`, or at no interface (an abbreviated IPAM-style entry).
 /// - Host veth: the sandbox-less entry just before the container interface (the order our
 ///   ADD writes), else the first sandbox-less entry whose name starts with `veth_prefix`.
 pub fn recorded(prev: &CniResult, ifname: &str, veth_prefix: &str) -> Recorded {
     let container = prev.container_interface_index(ifname);
-    let ip = prev
+    let ours: Vec<IpAddr> = prev
         .ips
         .iter()
         .filter(|ip| match ip.interface {
             None => true,
             Some(i) => prev.interfaces.get(i).is_some_and(|x| x.name == ifname),
         })
-        .find_map(|ip| match ip.address.ip() {
-            IpAddr::V4(v4) => Some(v4),
-            IpAddr::V6(_) => None,
-        });
+        .map(|ip| ip.address.ip())
+        .collect();
+    let ipv4 = ours.iter().find_map(|ip| match ip {
+        IpAddr::V4(v4) => Some(*v4),
+        IpAddr::V6(_) => None,
+    });
+    let ipv6 = ours.iter().find_map(|ip| match ip {
+        IpAddr::V6(v6) => Some(*v6),
+        IpAddr::V4(_) => None,
+    });
     let is_host = |i: &&cni::Interface| i.sandbox.is_none() && !i.name.is_empty();
     let host = container
         .and_then(|c| c.checked_sub(1))
@@ -53,7 +61,8 @@ pub fn recorded(prev: &CniResult, ifname: &str, veth_prefix: &str) -> Recorded {
                 .find(|i| i.name.starts_with(veth_prefix))
         });
     Recorded {
-        ip,
+        ipv4,
+        ipv6,
         host_veth: host.map(|h| h.name.clone()),
         host_mac: host.and_then(|h| h.mac.clone()),
         container_mac: container
@@ -83,7 +92,8 @@ mod tests {
         assert_eq!(
             recorded(&prev, "eth0", "eni"),
             Recorded {
-                ip: Some("10.0.0.5".parse().unwrap()),
+                ipv4: Some("10.0.0.5".parse().unwrap()),
+                ipv6: None,
                 host_veth: Some("enic440f455693".into()),
                 host_mac: Some("02:00:00:00:00:01".into()),
                 container_mac: Some("0a:00:00:00:00:02".into()),
@@ -103,7 +113,9 @@ mod tests {
                    {"address":"fd00::5/128","interface":3},
                    {"address":"10.0.0.5/32","interface":3}]}));
         let r = recorded(&prev, "eth0", "eni");
-        assert_eq!(r.ip, Some("10.0.0.5".parse().unwrap()));
+        assert_eq!(r.ipv4, Some("10.0.0.5".parse().unwrap()));
+        // The IPv6 entry points at eth0 too: it is read as the pod's IPv6 address.
+        assert_eq!(r.ipv6, Some("fd00::5".parse().unwrap()));
         assert_eq!(r.host_veth.as_deref(), Some("enic440f455693"));
         assert_eq!(r.container_mac, None);
     }
@@ -136,7 +148,7 @@ mod tests {
         };
         let r = recorded(&prev, "eth0", "eni");
         assert_eq!(r.host_veth.as_deref(), Some("eni3e52eb8f9f8"));
-        assert_eq!(r.ip, Some("10.0.0.5".parse().unwrap()));
+        assert_eq!(r.ipv4, Some("10.0.0.5".parse().unwrap()));
         // With another prefix nothing sandbox-less qualifies.
         assert_eq!(recorded(&prev, "eth0", "pod").host_veth, None);
     }
@@ -145,7 +157,7 @@ mod tests {
     fn abbreviated_and_empty_results() {
         let prev = parse(json!({"ips":[{"address":"10.0.0.9/32"}]}));
         let r = recorded(&prev, "eth0", "eni");
-        assert_eq!(r.ip, Some("10.0.0.9".parse().unwrap()));
+        assert_eq!(r.ipv4, Some("10.0.0.9".parse().unwrap()));
         assert_eq!(r.host_veth, None);
 
         assert_eq!(
@@ -157,6 +169,36 @@ mod tests {
         let prev = parse(json!({
             "interfaces":[{"name":"net1","sandbox":"/run/netns/p"}],
             "ips":[{"address":"10.0.0.9/32","interface":0}]}));
-        assert_eq!(recorded(&prev, "eth0", "eni").ip, None);
+        assert_eq!(recorded(&prev, "eth0", "eni").ipv4, None);
+    }
+
+    #[test]
+    fn ipv6_only_and_dual_results_are_read_back() {
+        let v6 = parse(json!({
+            "interfaces":[{"name":"enic440f455693","mac":"02:00:00:00:00:01"},
+                          {"name":"eth0","sandbox":"/run/netns/p"}],
+            "ips":[{"address":"2001:db8::5/128","gateway":"fe80::1","interface":1}],
+            "routes":[{"dst":"::/0","gw":"fe80::1"}]}));
+        let r = recorded(&v6, "eth0", "eni");
+        assert_eq!(
+            (r.ipv4, r.ipv6),
+            (None, Some("2001:db8::5".parse().unwrap()))
+        );
+        assert_eq!(r.host_veth.as_deref(), Some("enic440f455693"));
+
+        // A 0.4.0 result carries "version"; both entries are ours.
+        let dual = CniResult::from_json(
+            &json!({"cniVersion":"0.4.0",
+                    "interfaces":[{"name":"enic440f455693"},
+                                  {"name":"eth0","sandbox":"/run/netns/p"}],
+                    "ips":[{"version":"4","address":"10.0.0.5/32","interface":1},
+                           {"version":"6","address":"2001:db8::5/128","gateway":"fe80::1",
+                            "interface":1}]}),
+            CniVersion::V0_4_0,
+        )
+        .unwrap();
+        let r = recorded(&dual, "eth0", "eni");
+        assert_eq!(r.ipv4, Some("10.0.0.5".parse().unwrap()));
+        assert_eq!(r.ipv6, Some("2001:db8::5".parse().unwrap()));
     }
 }

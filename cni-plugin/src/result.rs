@@ -1,15 +1,21 @@
-//! The ADD result: the two ends of the veth, the pod's /32 and its default route.
+//! The ADD result: the two ends of the veth, the pod's /32 and /128 and its default routes.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use cni::{CniResult, Interface, IpConfig, Route};
-use ipnetwork::{IpNetwork, Ipv4Network};
-use netops::{POD_GATEWAY, format_mac};
+use ipnetwork::{IpNetwork, Ipv4Network, Ipv6Network};
+use netops::{POD_GATEWAY, POD_GATEWAY6, format_mac};
 
 /// `0.0.0.0/0`, checked at compile time.
 const DEFAULT_ROUTE: Ipv4Network = match Ipv4Network::new_checked(Ipv4Addr::UNSPECIFIED, 0) {
     Some(net) => net,
     None => panic!("0.0.0.0/0 is a valid network"),
+};
+
+/// `::/0`, checked at compile time.
+const DEFAULT_ROUTE6: Ipv6Network = match Ipv6Network::new_checked(Ipv6Addr::UNSPECIFIED, 0) {
+    Some(net) => net,
+    None => panic!("::/0 is a valid network"),
 };
 
 /// What ADD wired, as the result reports it.
@@ -25,8 +31,10 @@ pub struct Wired {
     pub container_mac: [u8; 6],
     /// `CNI_NETNS`.
     pub netns: String,
-    /// The pod's address.
-    pub ip: Ipv4Addr,
+    /// The pod's IPv4 address, if it has one.
+    pub ipv4: Option<Ipv4Addr>,
+    /// The pod's IPv6 address, if it has one.
+    pub ipv6: Option<Ipv6Addr>,
     /// MTU of both ends (only 1.1.0 results carry it).
     pub mtu: u32,
 }
@@ -37,8 +45,10 @@ pub struct Wired {
 /// Interfaces: the host veth (no sandbox), then the container interface (sandbox =
 /// `CNI_NETNS`); `ips[]` holds `<ip>/32` pointing at the container interface, which
 /// containerd requires (it looks up the IP of the interface named `eth0`); the route is the
-/// pod's `default via 169.254.1.1`. No gateway in `ips[]`: 169.254.1.1 is not on the pod's
-/// subnet, and the Go CNI leaves it out too.
+/// pod's `default via 169.254.1.1`. No gateway in the IPv4 `ips[]` entry: 169.254.1.1 is not
+/// on the pod's subnet, and the Go CNI leaves it out too. An IPv6 address adds `<ip6>/128`
+/// with gateway `fe80::1` (the Go CNI reports it so) and the route `::/0 via fe80::1`; a
+/// dual-stack pod lists IPv4 first.
 pub fn add_result(prev: Option<CniResult>, wired: &Wired) -> CniResult {
     let mut result = prev.unwrap_or_default();
     result.interfaces.push(Interface {
@@ -54,15 +64,32 @@ pub fn add_result(prev: Option<CniResult>, wired: &Wired) -> CniResult {
         mtu: Some(wired.mtu),
         sandbox: Some(wired.netns.clone()),
     });
-    result.ips.push(IpConfig {
-        address: IpNetwork::V4(Ipv4Network::from(wired.ip)),
-        gateway: None,
-        interface: Some(container_index),
-    });
-    result.routes.push(Route {
-        dst: IpNetwork::V4(DEFAULT_ROUTE),
-        gw: Some(IpAddr::V4(POD_GATEWAY)),
-    });
+    if let Some(ip) = wired.ipv4 {
+        result.ips.push(IpConfig {
+            address: IpNetwork::V4(Ipv4Network::from(ip)),
+            gateway: None,
+            interface: Some(container_index),
+        });
+    }
+    if let Some(ip) = wired.ipv6 {
+        result.ips.push(IpConfig {
+            address: IpNetwork::V6(Ipv6Network::from(ip)),
+            gateway: Some(IpAddr::V6(POD_GATEWAY6)),
+            interface: Some(container_index),
+        });
+    }
+    if wired.ipv4.is_some() {
+        result.routes.push(Route {
+            dst: IpNetwork::V4(DEFAULT_ROUTE),
+            gw: Some(IpAddr::V4(POD_GATEWAY)),
+        });
+    }
+    if wired.ipv6.is_some() {
+        result.routes.push(Route {
+            dst: IpNetwork::V6(DEFAULT_ROUTE6),
+            gw: Some(IpAddr::V6(POD_GATEWAY6)),
+        });
+    }
     result
 }
 
@@ -80,7 +107,8 @@ mod tests {
             container_ifname: "eth0".into(),
             container_mac: [0x0a, 0, 0, 0, 0, 0x02],
             netns: "/run/netns/pod".into(),
-            ip: Ipv4Addr::new(10, 0, 0, 5),
+            ipv4: Some(Ipv4Addr::new(10, 0, 0, 5)),
+            ipv6: None,
             mtu: 9001,
         }
     }
@@ -149,5 +177,37 @@ mod tests {
         assert_eq!(result.ips[0].interface, Some(index));
         let json: Value = result.to_json(CniVersion::V1_1_0);
         assert_eq!(json["interfaces"][index]["sandbox"], "/run/netns/pod");
+    }
+
+    #[test]
+    fn ipv6_only_and_dual_results_in_every_version() {
+        let v6 = Wired {
+            ipv4: None,
+            ipv6: Some("2001:db8::5".parse().unwrap()),
+            ..wired()
+        };
+        let dual = Wired {
+            ipv4: Some(Ipv4Addr::new(10, 0, 0, 5)),
+            ..v6.clone()
+        };
+        for version in CniVersion::ALL {
+            let old = version < CniVersion::V1_0_0;
+            let mut ip4 = json!({"address":"10.0.0.5/32","interface":1});
+            let mut ip6 = json!({"address":"2001:db8::5/128","gateway":"fe80::1","interface":1});
+            if old {
+                ip4["version"] = json!("4");
+                ip6["version"] = json!("6");
+            }
+            let route4 = json!({"dst":"0.0.0.0/0","gw":"169.254.1.1"});
+            let route6 = json!({"dst":"::/0","gw":"fe80::1"});
+
+            let json = add_result(None, &v6).to_json(version);
+            assert_eq!(json["ips"], json!([ip6.clone()]), "{version}");
+            assert_eq!(json["routes"], json!([route6.clone()]), "{version}");
+
+            let json = add_result(None, &dual).to_json(version);
+            assert_eq!(json["ips"], json!([ip4, ip6]), "{version}");
+            assert_eq!(json["routes"], json!([route4, route6]), "{version}");
+        }
     }
 }

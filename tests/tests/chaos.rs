@@ -163,7 +163,7 @@ impl Run<'_> {
             };
             let held = ipam_proto::Client::new(&self.vbox.node(1).ipamd_socket)
                 .check(ipam_proto::CheckRequest { key })
-                .map(|r| r.allocation.ip.to_string());
+                .map(|r| r.allocation.addresses().to_string());
             if held.as_deref().ok() != Some(ip.as_str()) {
                 self.tally.violation(format!(
                     "after kill {kill}, ipamd holds {held:?} for {container}, which uses {ip}"

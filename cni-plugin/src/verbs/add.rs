@@ -40,30 +40,46 @@ pub fn run(att: &Attachment, client: &Client) -> Result<CniResult, CniError> {
         err
     })?;
     let allocation = reply.allocation;
+    let addresses = allocation.addresses();
     info!(
-        "ipamd assigned {} (ENI {}, device {}, table {}{}) to {}",
-        allocation.ip,
+        "ipamd assigned {addresses} (ENI {}, device {}, table {}{}) to {}",
         allocation.eni_id,
         allocation.device_number,
         allocation.route_table,
         if reply.existing { ", held already" } else { "" },
         att.key
     );
+    if addresses.is_empty() {
+        // Nothing to wire; a pod without an address is worse than a failed ADD. Handing back
+        // what this ADD got (nothing usable) lets ipamd forget the attachment.
+        let details = if reply.existing {
+            format!("the allocation stays with {}", att.key)
+        } else {
+            release(att, client, &allocation)
+        };
+        let err = CniError::internal(format!(
+            "ipamd assigned neither an IPv4 nor an IPv6 address to {} (ENI {})",
+            att.key, allocation.eni_id
+        ))
+        .with_details(details);
+        error!("{}; {}", err.msg, err.details);
+        return Err(err);
+    }
 
     if reply.existing
         && let Some(wired) = already_wired(att, &allocation)
     {
         info!(
-            "{} is already wired for {}: nothing to change",
-            allocation.ip, att.key
+            "{addresses} is already wired for {}: nothing to change",
+            att.key
         );
         return Ok(add_result(att.conf.prev_result.clone(), &wired));
     }
     match wire(att, &allocation) {
         Ok(wired) => {
             info!(
-                "wired {} on {} in {} to host veth {}",
-                allocation.ip, wired.container_ifname, wired.netns, wired.host_veth
+                "wired {addresses} on {} in {} to host veth {}",
+                wired.container_ifname, wired.netns, wired.host_veth
             );
             Ok(add_result(att.conf.prev_result.clone(), &wired))
         }
@@ -71,14 +87,14 @@ pub fn run(att: &Attachment, client: &Client) -> Result<CniResult, CniError> {
             // setup_pod has already removed what it created.
             let details = if reply.existing {
                 format!(
-                    "address {} stays with {}, which held it before this ADD",
-                    allocation.ip, att.key
+                    "address {addresses} stays with {}, which held it before this ADD",
+                    att.key
                 )
             } else {
                 release(att, client, &allocation)
             };
             let err = CniError::internal(format!(
-                "failed to set up the pod network ({step}): {error}"
+                "failed to set up the pod network ({step}) for {addresses}: {error}"
             ))
             .with_details(details);
             error!("{}; {}", err.msg, err.details);
@@ -94,7 +110,8 @@ fn already_wired(att: &Attachment, allocation: &Allocation) -> Option<Wired> {
     let expected = ExpectedPod {
         container_ifname: att.inv.ifname.clone(),
         host_veth: att.host_veth.clone(),
-        ip: allocation.ip,
+        ipv4: allocation.ip,
+        ipv6: allocation.ipv6,
         route_table: allocation.route_table,
         container_mac: None,
         host_mac: None,
@@ -112,7 +129,8 @@ fn already_wired(att: &Attachment, allocation: &Allocation) -> Option<Wired> {
         host_veth: att.host_veth.clone(),
         container_ifname: att.inv.ifname.clone(),
         netns: att.netns().to_owned(),
-        ip: allocation.ip,
+        ipv4: allocation.ip,
+        ipv6: allocation.ipv6,
         mtu: att.conf.mtu,
     })
 }
@@ -125,7 +143,8 @@ fn wire(att: &Attachment, allocation: &Allocation) -> Result<Wired, SetupFailure
     let spec = PodSpec {
         host_veth: att.host_veth.clone(),
         container_ifname: att.inv.ifname.clone(),
-        ip: allocation.ip,
+        ipv4: allocation.ip,
+        ipv6: allocation.ipv6,
         mtu: att.conf.mtu,
         route_table: allocation.route_table,
     };
@@ -136,29 +155,27 @@ fn wire(att: &Attachment, allocation: &Allocation) -> Result<Wired, SetupFailure
         container_ifname: spec.container_ifname,
         container_mac: wiring.container_mac,
         netns: netns.to_owned(),
-        ip: allocation.ip,
+        ipv4: spec.ipv4,
+        ipv6: spec.ipv6,
         mtu: spec.mtu,
     })
 }
 
 /// Best effort DEL with reason `SetupFailed`; says what happened, for the error's details.
 fn release(att: &Attachment, client: &Client, allocation: &Allocation) -> String {
+    let addresses = allocation.addresses();
     let request = DelRequest {
         key: att.key.clone(),
         pod: att.pod.clone(),
         reason: DelReason::SetupFailed,
     };
     match client.del(request) {
-        Ok(_) => format!("address {} returned to ipamd", allocation.ip),
+        Ok(_) => format!("address {addresses} returned to ipamd"),
         Err(e) => {
-            warn!(
-                "could not return {} to ipamd after the failed setup: {e}",
-                allocation.ip
-            );
+            warn!("could not return {addresses} to ipamd after the failed setup: {e}");
             format!(
-                "address {} could not be returned to ipamd ({e}); the runtime's DEL or ipamd's \
-                 reconciliation will release it",
-                allocation.ip
+                "address {addresses} could not be returned to ipamd ({e}); the runtime's DEL or \
+                 ipamd's reconciliation will release it"
             )
         }
     }

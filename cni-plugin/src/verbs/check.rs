@@ -1,6 +1,7 @@
 //! CHECK: ipamd still holds the address `prevResult` reports, and the pod and host are wired
 //! as ADD left them.
 
+use std::fmt::Display;
 use std::path::Path;
 
 use cni::CniError;
@@ -38,18 +39,16 @@ fn check(att: &Attachment, client: &Client) -> Result<(), CniError> {
         .allocation;
 
     let mut problems = Vec::new();
-    match recorded.ip {
-        None => problems.push(format!("prevResult has no IPv4 address for {ifname}")),
-        Some(ip) if ip != allocation.ip => problems.push(format!(
-            "prevResult has address {ip} but ipamd holds {} for {}",
-            allocation.ip, att.key
-        )),
-        Some(_) => {}
+    compare("IPv4", recorded.ipv4, allocation.ip, att, &mut problems);
+    compare("IPv6", recorded.ipv6, allocation.ipv6, att, &mut problems);
+    if allocation.addresses().is_empty() {
+        problems.push(format!("ipamd holds no address for {}", att.key));
     }
     let expected = ExpectedPod {
         container_ifname: ifname.clone(),
         host_veth: recorded.host_veth.unwrap_or_else(|| att.host_veth.clone()),
-        ip: allocation.ip,
+        ipv4: allocation.ip,
+        ipv6: allocation.ipv6,
         route_table: allocation.route_table,
         container_mac: recorded.container_mac.as_deref().and_then(parse_mac),
         host_mac: recorded.host_mac.as_deref().and_then(parse_mac),
@@ -73,5 +72,32 @@ fn check(att: &Attachment, client: &Client) -> Result<(), CniError> {
             att.key,
             problems.join("; ")
         )))
+    }
+}
+
+/// One family's address as `prevResult` recorded it against what ipamd holds.
+fn compare<A: PartialEq + Display>(
+    family: &str,
+    recorded: Option<A>,
+    held: Option<A>,
+    att: &Attachment,
+    problems: &mut Vec<String>,
+) {
+    let ifname = &att.inv.ifname;
+    match (recorded, held) {
+        (None, None) => {}
+        (None, Some(held)) => problems.push(format!(
+            "prevResult has no {family} address for {ifname}, but ipamd holds {held} for {}",
+            att.key
+        )),
+        (Some(ip), None) => problems.push(format!(
+            "prevResult has {family} address {ip} but ipamd holds no {family} address for {}",
+            att.key
+        )),
+        (Some(ip), Some(held)) if ip != held => problems.push(format!(
+            "prevResult has address {ip} but ipamd holds {held} for {} ({family})",
+            att.key
+        )),
+        (Some(_), Some(_)) => {}
     }
 }

@@ -1,12 +1,11 @@
 //! DEL: release the address in ipamd, then remove the host route, rules and veth and the pod
 //! interface. Succeeds whenever there is nothing (left) to delete, and when ipamd is away.
 
-use std::net::Ipv4Addr;
 use std::path::Path;
 
 use cni::CniError;
-use ipam_proto::{Client, DelReason, DelReply, DelRequest};
-use netops::{Netlink, routed_elsewhere, teardown_container, teardown_host};
+use ipam_proto::{Client, DelReason, DelReply, DelRequest, PodAddresses};
+use netops::{Netlink, routed_elsewhere, teardown_container, teardown_pod_host};
 use tracing::{info, warn};
 
 use super::Attachment;
@@ -16,9 +15,10 @@ use crate::prev::{Recorded, recorded};
 
 /// The host state to remove.
 struct Target {
-    ip: Ipv4Addr,
+    /// One address or both (never neither).
+    ips: PodAddresses,
     host_veth: Option<String>,
-    /// ipamd itself said this attachment held `ip`. Otherwise the address comes from
+    /// ipamd itself said this attachment held `ips`. Otherwise the addresses come from
     /// `prevResult` and may belong to another pod by now.
     confirmed: bool,
 }
@@ -48,17 +48,25 @@ pub fn run(att: &Attachment, client: &Client) -> Result<(), CniError> {
         Ok(DelReply {
             released: Some(allocation),
         }) => {
-            info!("ipamd released {} of {}", allocation.ip, att.key);
+            let ips = allocation.addresses();
+            info!("ipamd released {ips} of {}", att.key);
             // Prefer the recorded name: vethPrefix may have changed since the ADD.
-            let host_veth = match (&prev.host_veth, prev.ip) {
-                (Some(name), Some(ip)) if ip == allocation.ip => name.clone(),
+            let same = prev.ipv4.is_some() && prev.ipv4 == ips.ipv4
+                || prev.ipv6.is_some() && prev.ipv6 == ips.ipv6;
+            let host_veth = match &prev.host_veth {
+                Some(name) if same => name.clone(),
                 _ => allocation_veth_name(&att.conf.veth_prefix, &allocation),
             };
-            Some(Target {
-                ip: allocation.ip,
-                host_veth: Some(host_veth),
-                confirmed: true,
-            })
+            if ips.is_empty() {
+                warn!("ipamd released no address of {}", att.key);
+                from_prev(&prev)
+            } else {
+                Some(Target {
+                    ips,
+                    host_veth: Some(host_veth),
+                    confirmed: true,
+                })
+            }
         }
         Ok(DelReply { released: None }) => {
             info!("ipamd held no address for {}", att.key);
@@ -75,7 +83,7 @@ pub fn run(att: &Attachment, client: &Client) -> Result<(), CniError> {
                     Some(t) => {
                         info!(
                             "ipamd unavailable ({e}): tearing down {} of {} from prevResult",
-                            t.ip, att.key
+                            t.ips, att.key
                         );
                         from_prev_only = true;
                     }
@@ -129,8 +137,12 @@ pub fn run(att: &Attachment, client: &Client) -> Result<(), CniError> {
 }
 
 fn from_prev(prev: &Recorded) -> Option<Target> {
-    prev.ip.map(|ip| Target {
-        ip,
+    let ips = PodAddresses {
+        ipv4: prev.ipv4,
+        ipv6: prev.ipv6,
+    };
+    (!ips.is_empty()).then(|| Target {
+        ips,
         host_veth: prev.host_veth.clone(),
         confirmed: false,
     })
@@ -140,40 +152,49 @@ fn teardown_host_side(target: &Target) -> Result<(), CniError> {
     let failed = |e: netops::Error| {
         CniError::internal(format!(
             "failed to tear down the host network of {}: {e}",
-            target.ip
+            target.ips
         ))
     };
     let host = Netlink::current().map_err(failed)?;
-    if !target.confirmed
-        && routed_elsewhere(&host, target.ip, target.host_veth.as_deref()).map_err(failed)?
-    {
-        // The address was released, cooled down and given to another pod since this
-        // attachment's ADD: its route and rules are that pod's now. Only our veth, if it is
-        // still there, is ours to remove.
-        warn!(
-            "{} is routed to another interface now; leaving its route and rules alone",
-            target.ip
-        );
-        if let Some(name) = &target.host_veth {
-            match host.delete_link_by_name(name) {
-                Ok(()) => info!("removed stale host veth {name}"),
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(failed(e)),
-            }
+    let veth = target.host_veth.as_deref();
+    let mut ips = target.ips;
+    if !target.confirmed {
+        // The address may have been released, cooled down and given to another pod since this
+        // attachment's ADD: its route and rules are that pod's now. Each family on its own.
+        if let Some(ip) = ips.ipv4
+            && routed_elsewhere(&host, ip, veth).map_err(failed)?
+        {
+            warn!(
+                "IPv4 address {ip} is routed to another interface now; leaving its route and rules alone"
+            );
+            ips.ipv4 = None;
         }
-        return Ok(());
+        if let Some(ip) = ips.ipv6
+            && routed_elsewhere(&host, ip, veth).map_err(failed)?
+        {
+            warn!(
+                "IPv6 address {ip} is routed to another interface now; leaving its route and rules alone"
+            );
+            ips.ipv6 = None;
+        }
+        if ips.is_empty() {
+            // Only our veth, if it is still there, is ours to remove.
+            if let Some(name) = veth {
+                match host.delete_link_by_name(name) {
+                    Ok(()) => info!("removed stale host veth {name}"),
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(failed(e)),
+                }
+            }
+            return Ok(());
+        }
     }
-    let report = teardown_host(&host, target.ip, target.host_veth.as_deref()).map_err(failed)?;
+    let report = teardown_pod_host(&host, ips.ipv4, ips.ipv6, veth).map_err(failed)?;
     info!(
-        "host teardown of {} (veth {}): {} rule(s), route {}, veth {}",
-        target.ip,
-        target.host_veth.as_deref().unwrap_or("unknown"),
-        report.rules_removed.len(),
-        if report.route_removed {
-            "removed"
-        } else {
-            "already gone"
-        },
+        "host teardown of {ips} (veth {}): {} rule(s), {} route(s), veth {}",
+        veth.unwrap_or("unknown"),
+        report.rules_removed(),
+        report.routes_removed(),
         if report.veth_removed {
             "removed"
         } else {

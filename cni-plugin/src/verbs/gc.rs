@@ -3,7 +3,7 @@
 
 use cni::{CniError, NetConf};
 use ipam_proto::{Client, GcRequest, ValidAttachment};
-use netops::{Netlink, teardown_host};
+use netops::{Netlink, teardown_pod_host};
 use tracing::{error, info, warn};
 
 use crate::errors::gc_failed;
@@ -56,15 +56,16 @@ pub fn run(conf: &NetConf, client: &Client) -> Result<(), CniError> {
     let mut first_error = None;
     for allocation in &released {
         let veth = allocation_veth_name(&conf.veth_prefix, allocation);
-        match teardown_host(&host, allocation.ip, Some(&veth)) {
+        let ips = allocation.addresses();
+        match teardown_pod_host(&host, ips.ipv4, ips.ipv6, Some(&veth)) {
             Ok(_) => info!(
-                "GC: released {} of {} and removed its host state (veth {veth})",
-                allocation.ip, allocation.key
+                "GC: released {ips} of {} and removed its host state (veth {veth})",
+                allocation.key
             ),
             Err(e) => {
                 let err = CniError::internal(format!(
-                    "GC: failed to tear down the host network of {} ({}): {e}",
-                    allocation.ip, allocation.key
+                    "GC: failed to tear down the host network of {ips} ({}): {e}",
+                    allocation.key
                 ));
                 error!("{}", err.msg);
                 first_error.get_or_insert(err);

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufReader, Write};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,18 +64,31 @@ impl FakeIpamd {
     /// ENI whose table is `route_table` (idempotent per key); DEL releases; CHECK reports;
     /// STATUS is ready; GC releases the network's attachments not listed.
     pub fn pool(first_ip: Ipv4Addr, route_table: u32) -> Self {
+        Self::pool_of(Some(first_ip), None, route_table)
+    }
+
+    /// [`Self::pool`] for IPv6 mode (`first_ipv4` `None`: IPv6-only pods) or dual-stack
+    /// (both): each family's addresses count up from its first one; IPv6 ones are in main.
+    pub fn pool_of(
+        first_ipv4: Option<Ipv4Addr>,
+        first_ipv6: Option<Ipv6Addr>,
+        route_table: u32,
+    ) -> Self {
         let mut held: BTreeMap<AttachmentKey, Allocation> = BTreeMap::new();
-        let mut next = u32::from(first_ip);
+        let mut given = 0u32;
         Self::start(move |req| match req {
             Request::Add(add) => {
                 let existing = held.contains_key(&add.key);
                 let allocation = held.entry(add.key.clone()).or_insert_with(|| {
-                    let ip = Ipv4Addr::from(next);
-                    next += 1;
+                    let ip = first_ipv4.map(|ip| Ipv4Addr::from(u32::from(ip) + given));
+                    let ipv6 =
+                        first_ipv6.map(|ip| Ipv6Addr::from(u128::from(ip) + u128::from(given)));
+                    given += 1;
                     Allocation {
                         key: add.key.clone(),
                         pod: add.pod.clone(),
                         ip,
+                        ipv6,
                         eni_id: format!("eni-{route_table}"),
                         device_number: if route_table == 254 {
                             0

@@ -272,7 +272,7 @@ mod tests {
         let err = Client::new(&path).status().unwrap_err();
         assert!(
             err.to_string()
-                .contains("protocol version mismatch: peer speaks 7, this side 1"),
+                .contains("protocol version mismatch: peer speaks 7, this side 2"),
             "{err}"
         );
         server.join().unwrap();

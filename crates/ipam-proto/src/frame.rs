@@ -205,10 +205,28 @@ mod tests {
                 name: "web".into(),
                 ..Default::default()
             },
-            ip: "10.0.0.9".parse().unwrap(),
+            ip: Some("10.0.0.9".parse().unwrap()),
+            ipv6: None,
             eni_id: "eni-1".into(),
             device_number: 0,
             route_table: 254,
+        }
+    }
+
+    fn ipv6_only() -> Allocation {
+        Allocation {
+            ip: None,
+            ipv6: Some("2001:db8::5".parse().unwrap()),
+            ..allocation()
+        }
+    }
+
+    fn dual() -> Allocation {
+        Allocation {
+            ipv6: Some("2001:db8::5".parse().unwrap()),
+            device_number: 1,
+            route_table: 2,
+            ..allocation()
         }
     }
 
@@ -264,7 +282,7 @@ mod tests {
                 pool: PoolCounts::default(),
             })),
             Ok(Reply::Gc(GcReply {
-                released: vec![allocation()],
+                released: vec![allocation(), ipv6_only(), dual()],
             })),
             Err(DaemonError::new(
                 ErrorKind::NoAddresses,
@@ -277,12 +295,43 @@ mod tests {
         }
     }
 
+    /// The wire shape of each family mix: an absent family is left out, not `null`, and an
+    /// allocation without `ip` (an IPv6-only pod) decodes.
+    #[test]
+    fn allocations_carry_only_the_families_they_have() {
+        let json = |a: &Allocation| serde_json::to_value(a).unwrap();
+        let v4 = json(&allocation());
+        assert_eq!(v4["ip"], "10.0.0.9");
+        assert!(v4.get("ipv6").is_none(), "{v4}");
+        let v6 = json(&ipv6_only());
+        assert_eq!(v6["ipv6"], "2001:db8::5");
+        assert!(v6.get("ip").is_none(), "{v6}");
+        let both = json(&dual());
+        assert_eq!(
+            (&both["ip"], &both["ipv6"]),
+            (&"10.0.0.9".into(), &"2001:db8::5".into())
+        );
+        for a in [allocation(), ipv6_only(), dual()] {
+            assert_eq!(serde_json::from_value::<Allocation>(json(&a)).unwrap(), a);
+        }
+
+        assert_eq!(allocation().addresses().to_string(), "10.0.0.9");
+        assert_eq!(ipv6_only().addresses().to_string(), "2001:db8::5");
+        assert_eq!(dual().addresses().to_string(), "10.0.0.9 2001:db8::5");
+        let none = Allocation {
+            ip: None,
+            ..allocation()
+        };
+        assert!(none.addresses().is_empty() && !dual().addresses().is_empty());
+        assert_eq!(none.addresses().to_string(), "no address");
+    }
+
     #[test]
     fn a_request_of_another_version_gets_a_mismatch_naming_both() {
-        let err = decode_request(br#"{"v":2,"req":{"op":"teleport"}}"#).unwrap_err();
+        let err = decode_request(br#"{"v":1,"req":{"op":"teleport"}}"#).unwrap_err();
         assert_eq!(err.kind, ErrorKind::VersionMismatch);
         assert!(
-            err.message.contains("version 2") && err.message.contains("speaks 1"),
+            err.message.contains("version 1") && err.message.contains("speaks 2"),
             "{err}"
         );
     }
@@ -291,11 +340,12 @@ mod tests {
     fn garbage_requests_are_bad_requests_that_say_why() {
         for (frame, needle) in [
             (&b"\x00\xff garbage"[..], "not a JSON object"),
-            (b"[1,2]", "invalid request"),
+            // An array is read as the envelope's fields in order: v = 2, req = 3.
+            (b"[2,3]", "invalid request"),
             (br#"{"req":{"op":"status"}}"#, "no protocol version"),
-            (br#"{"v":1}"#, "no \"req\""),
-            (br#"{"v":1,"req":{"op":"explode"}}"#, "invalid request"),
-            (br#"{"v":1,"req":{"op":"add","key":{}}}"#, "invalid request"),
+            (br#"{"v":2}"#, "no \"req\""),
+            (br#"{"v":2,"req":{"op":"explode"}}"#, "invalid request"),
+            (br#"{"v":2,"req":{"op":"add","key":{}}}"#, "invalid request"),
         ] {
             let err = decode_request(frame).unwrap_err();
             assert_eq!(err.kind, ErrorKind::BadRequest, "{frame:?}");
@@ -307,12 +357,12 @@ mod tests {
     fn a_reply_of_another_version_is_a_mismatch_not_a_parse_error() {
         let err = decode_reply(br#"{"v":9,"ok":{"op":"add","new":"shape"}}"#).unwrap_err();
         assert!(
-            matches!(err, FrameError::VersionMismatch { peer: 9, ours: 1 }),
+            matches!(err, FrameError::VersionMismatch { peer: 9, ours: 2 }),
             "{err}"
         );
         // A newer daemon that rejected us says so in its own words: keep them.
         let reply = decode_reply(
-            br#"{"v":9,"err":{"kind":"version_mismatch","message":"plugin speaks 1, ipamd 9"}}"#,
+            br#"{"v":9,"err":{"kind":"version_mismatch","message":"plugin speaks 2, ipamd 9"}}"#,
         )
         .unwrap();
         assert_eq!(reply.unwrap_err().kind, ErrorKind::VersionMismatch);
@@ -320,7 +370,7 @@ mod tests {
 
     #[test]
     fn unknown_error_kinds_from_a_newer_daemon_still_decode() {
-        let reply = decode_reply(br#"{"v":1,"err":{"kind":"quota","message":"m"}}"#).unwrap();
+        let reply = decode_reply(br#"{"v":2,"err":{"kind":"quota","message":"m"}}"#).unwrap();
         assert_eq!(reply.unwrap_err().kind, ErrorKind::Unknown);
     }
 

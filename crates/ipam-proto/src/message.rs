@@ -115,10 +115,12 @@ pub struct Allocation {
     pub key: AttachmentKey,
     /// Who holds it.
     pub pod: PodMeta,
-    /// The pod's IPv4 address (none in IPv6 mode).
+    /// The pod's IPv4 address; `None` for an IPv6-only pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip: Option<Ipv4Addr>,
-    /// The pod's IPv6 address (IPv6 mode and dual-stack), from a /80 of the primary ENI.
+    /// The pod's IPv6 address (from a /80 prefix on the primary ENI); `None` for an IPv4-only
+    /// pod. IPv6 traffic always uses the main table: `route_table` and `device_number`
+    /// describe where the IPv4 address lives.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ipv6: Option<Ipv6Addr>,
     /// The ENI it is a secondary address of.
@@ -128,6 +130,44 @@ pub struct Allocation {
     /// Routing table for traffic from the pod: 254 (main) on the primary ENI, else device
     /// number + 1 (`pool::route_table` decides; this crate depends on no other).
     pub route_table: u32,
+}
+
+impl Allocation {
+    /// The pod's addresses, for logs and error messages.
+    pub fn addresses(&self) -> PodAddresses {
+        PodAddresses {
+            ipv4: self.ip,
+            ipv6: self.ipv6,
+        }
+    }
+}
+
+/// The addresses of one pod, either or both families. Displays as `10.0.0.9`, `2001:db8::5`,
+/// `10.0.0.9 2001:db8::5`, or `no address` when the allocation carries none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PodAddresses {
+    /// IPv4 address.
+    pub ipv4: Option<Ipv4Addr>,
+    /// IPv6 address.
+    pub ipv6: Option<Ipv6Addr>,
+}
+
+impl PodAddresses {
+    /// True when neither family has an address: nothing can be wired.
+    pub fn is_empty(&self) -> bool {
+        self.ipv4.is_none() && self.ipv6.is_none()
+    }
+}
+
+impl fmt::Display for PodAddresses {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.ipv4, self.ipv6) {
+            (Some(v4), Some(v6)) => write!(f, "{v4} {v6}"),
+            (Some(v4), None) => write!(f, "{v4}"),
+            (None, Some(v6)) => write!(f, "{v6}"),
+            (None, None) => f.write_str("no address"),
+        }
+    }
 }
 
 /// A successful reply.

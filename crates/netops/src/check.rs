@@ -1,17 +1,23 @@
 //! CHECK: compare a pod's wiring with what [`crate::setup_pod`] builds.
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnetwork::{Ipv4Network, Ipv6Network};
 
 use crate::error::Error;
 use crate::messages::RT_TABLE_MAIN;
+use crate::messages::family::IpFamily;
 use crate::messages::link::Link;
-use crate::messages::route::{Route, Scope};
+use crate::messages::route::RouteOf;
 use crate::messages::table_name;
 use crate::names::format_mac;
 use crate::netlink_ops::NetlinkOps;
-use crate::pod::{POD_GATEWAY, PRIO_FROM_POD, PRIO_TO_POD, host_prefix};
+use crate::pod::{POD_GATEWAY, POD_GATEWAY6, PRIO_FROM_POD, PRIO_TO_POD, link_scope_text};
 use crate::teardown::is_pod_rule;
+// The tests' `super::*`, written for IPv4.
+#[cfg(test)]
+use crate::{messages::route::Route, pod::host_prefix};
 
 /// What a correctly wired pod looks like.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,9 +26,11 @@ pub struct ExpectedPod {
     pub container_ifname: String,
     /// Host veth name.
     pub host_veth: String,
-    /// The pod's address.
-    pub ip: Ipv4Addr,
-    /// ENI route table (254 = main, no prio-1536 rule).
+    /// The pod's IPv4 address, if it has one.
+    pub ipv4: Option<Ipv4Addr>,
+    /// The pod's IPv6 address, if it has one (always routed in main).
+    pub ipv6: Option<Ipv6Addr>,
+    /// ENI route table of the IPv4 address (254 = main, no prio-1536 rule).
     pub route_table: u32,
     /// The pod interface's MAC, when known (e.g. from the previous result).
     pub container_mac: Option<[u8; 6]>,
@@ -71,10 +79,31 @@ pub fn check_pod<N: NetlinkOps + ?Sized>(
     let cont = pod.link_by_name(&expected.container_ifname)?;
     let veth = host.link_by_name(&expected.host_veth)?;
     check_links(expected, cont.as_ref(), veth.as_ref(), &mut problems);
-    if let Some(cont) = &cont {
-        check_pod_side(pod, expected, cont, veth.as_ref(), &mut problems)?;
+    let families = Families {
+        expected,
+        cont: cont.as_ref(),
+        veth: veth.as_ref(),
+    };
+    if let Some(ip) = expected.ipv4 {
+        families.check::<N, Ipv4Network>(
+            host,
+            pod,
+            ip,
+            POD_GATEWAY,
+            expected.route_table,
+            &mut problems,
+        )?;
     }
-    check_host_side(host, expected, veth.as_ref(), &mut problems)?;
+    if let Some(ip) = expected.ipv6 {
+        families.check::<N, Ipv6Network>(
+            host,
+            pod,
+            ip,
+            POD_GATEWAY6,
+            RT_TABLE_MAIN,
+            &mut problems,
+        )?;
+    }
     if problems.is_empty() {
         Ok(())
     } else {
@@ -136,65 +165,96 @@ fn check_links(
     }
 }
 
-fn check_pod_side<N: NetlinkOps + ?Sized>(
+/// What every family's checks share: the expectation and the links found.
+struct Families<'a> {
+    expected: &'a ExpectedPod,
+    cont: Option<&'a Link>,
+    veth: Option<&'a Link>,
+}
+
+impl Families<'_> {
+    /// The pod side (when its interface exists) and the host side of one family's address.
+    fn check<N: NetlinkOps + ?Sized, F: IpFamily>(
+        &self,
+        host: &N,
+        pod: &N,
+        ip: F::Addr,
+        gateway: F::Addr,
+        route_table: u32,
+        problems: &mut Vec<String>,
+    ) -> Result<(), Error> {
+        if let Some(cont) = self.cont {
+            check_pod_side::<N, F>(pod, self.expected, cont, self.veth, ip, gateway, problems)?;
+        }
+        check_host_side::<N, F>(host, self.expected, self.veth, ip, route_table, problems)
+    }
+}
+
+/// The kernel's own link-local IPv6 address of an interface: present on every IPv6 link,
+/// never one of ours.
+fn is_link_local<A: Into<IpAddr>>(ip: A) -> bool {
+    matches!(ip.into(), IpAddr::V6(v6) if v6.is_unicast_link_local())
+}
+
+fn check_pod_side<N: NetlinkOps + ?Sized, F: IpFamily>(
     pod: &N,
     expected: &ExpectedPod,
     cont: &Link,
     veth: Option<&Link>,
+    ip: F::Addr,
+    gateway: F::Addr,
     problems: &mut Vec<String>,
 ) -> Result<(), Error> {
     let ifname = &expected.container_ifname;
-    let ip32 = host_prefix(expected.ip);
+    let ip_host = F::host(ip);
+    let scope = link_scope_text::<F>();
 
     let addresses: Vec<_> = pod
-        .addresses()?
+        .addresses_of::<F>()?
         .into_iter()
-        .filter(|a| a.index == cont.index)
+        .filter(|a| a.index == cont.index && !is_link_local(a.network.ip()))
         .collect();
-    if !addresses.iter().any(|a| a.network == ip32) {
-        problems.push(format!("pod address {ip32} on {ifname} missing"));
+    if !addresses.iter().any(|a| a.network == ip_host) {
+        problems.push(format!("pod address {ip_host} on {ifname} missing"));
     }
-    for extra in addresses.iter().filter(|a| a.network != ip32) {
+    for extra in addresses.iter().filter(|a| a.network != ip_host) {
         problems.push(format!(
             "pod address {} on {ifname} unexpected",
             extra.network
         ));
     }
 
-    let routes = pod.routes(RT_TABLE_MAIN)?;
-    let gw32 = host_prefix(POD_GATEWAY);
-    let gw_route = Route::link_scope(gw32, cont.index, RT_TABLE_MAIN);
+    let routes = pod.routes_of::<F>(RT_TABLE_MAIN)?;
+    let gw_route = RouteOf::link_scope(F::host(gateway), cont.index, RT_TABLE_MAIN);
     if !routes.contains(&gw_route) {
-        problems.push(format!(
-            "pod route {POD_GATEWAY} dev {ifname} scope link missing"
-        ));
+        problems.push(format!("pod route {gateway} dev {ifname}{scope} missing"));
     }
     let default = routes
         .iter()
-        .any(|r| r.is_default() && r.gateway == Some(POD_GATEWAY) && r.oif == Some(cont.index));
+        .any(|r| r.is_default() && r.gateway == Some(gateway) && r.oif == Some(cont.index));
     if !default {
         problems.push(format!(
-            "pod route default via {POD_GATEWAY} dev {ifname} missing"
+            "pod route default via {gateway} dev {ifname} missing"
         ));
     }
 
     let neighbour = pod
-        .neighbours()?
+        .neighbours_of::<F::Addr>()?
         .into_iter()
-        .find(|n| n.index == cont.index && n.ip == POD_GATEWAY);
+        .find(|n| n.index == cont.index && n.ip == gateway);
     match neighbour {
-        None => problems.push(format!("pod neighbour {POD_GATEWAY} dev {ifname} missing")),
+        None => problems.push(format!("pod neighbour {gateway} dev {ifname} missing")),
         Some(n) => {
             if !n.permanent {
                 problems.push(format!(
-                    "pod neighbour {POD_GATEWAY} dev {ifname} is not permanent"
+                    "pod neighbour {gateway} dev {ifname} is not permanent"
                 ));
             }
             if let Some(v) = veth
                 && n.mac != v.mac
             {
                 problems.push(format!(
-                    "pod neighbour {POD_GATEWAY} has lladdr {}, but host veth {} has MAC {}",
+                    "pod neighbour {gateway} has lladdr {}, but host veth {} has MAC {}",
                     mac_text(n.mac),
                     expected.host_veth,
                     mac_text(v.mac)
@@ -205,34 +265,37 @@ fn check_pod_side<N: NetlinkOps + ?Sized>(
     Ok(())
 }
 
-fn check_host_side<N: NetlinkOps + ?Sized>(
+fn check_host_side<N: NetlinkOps + ?Sized, F: IpFamily>(
     host: &N,
     expected: &ExpectedPod,
     veth: Option<&Link>,
+    ip: F::Addr,
+    wanted: u32,
     problems: &mut Vec<String>,
 ) -> Result<(), Error> {
-    let ip = expected.ip;
-    let ip32 = host_prefix(ip);
+    let ip_host = F::host(ip);
     let host_veth = &expected.host_veth;
+    let scope = link_scope_text::<F>();
 
     let host_routes: Vec<_> = host
-        .routes(RT_TABLE_MAIN)?
+        .routes_of::<F>(RT_TABLE_MAIN)?
         .into_iter()
-        .filter(|r| r.dst == ip32)
+        .filter(|r| r.dst == ip_host)
         .collect();
     let via_veth = veth.is_some_and(|v| {
+        let want = RouteOf::link_scope(ip_host, v.index, RT_TABLE_MAIN);
         host_routes
             .iter()
-            .any(|r| r.oif == Some(v.index) && r.gateway.is_none() && r.scope == Scope::Link)
+            .any(|r| r.oif == want.oif && r.gateway.is_none() && r.scope == want.scope)
     });
     if !via_veth {
         problems.push(format!(
-            "host route {ip32} dev {host_veth} scope link missing"
+            "host route {ip_host} dev {host_veth}{scope} missing"
         ));
     }
 
     let rules: Vec<_> = host
-        .rules()?
+        .rules_of::<F>()?
         .into_iter()
         .filter(|r| is_pod_rule(r, ip))
         .collect();
@@ -242,7 +305,6 @@ fn check_host_side<N: NetlinkOps + ?Sized>(
         ));
     }
     let from_pod = rules.iter().filter(|r| r.priority == PRIO_FROM_POD);
-    let wanted = expected.route_table;
     if wanted != RT_TABLE_MAIN
         && !rules
             .iter()

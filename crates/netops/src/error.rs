@@ -147,6 +147,7 @@ pub(crate) mod libc_errno {
     pub const ENODEV: i32 = Errno::ENODEV as i32;
     pub const EADDRNOTAVAIL: i32 = Errno::EADDRNOTAVAIL as i32;
     pub const EEXIST: i32 = Errno::EEXIST as i32;
+    pub const EIO: i32 = Errno::EIO as i32;
     #[cfg(test)]
     pub const EINVAL: i32 = Errno::EINVAL as i32;
 }

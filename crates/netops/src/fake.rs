@@ -9,19 +9,18 @@ mod model;
 
 use std::cell::RefCell;
 use std::fs::File;
-use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::rc::Rc;
 
-use ipnetwork::Ipv4Network;
-
 use crate::error::{Error, Result};
-use crate::messages::addr::{self, Address};
+use crate::messages::addr::{self, AddressOf};
+use crate::messages::family::{FamilyAddr, IpFamily};
 use crate::messages::link::{self, Link, VethSpec};
-use crate::messages::neigh::{self, Neighbour};
-use crate::messages::route::{self, Route};
-use crate::messages::rule::{self, Rule};
+use crate::messages::neigh::{self, NeighbourOf};
+use crate::messages::route::{self, RouteOf};
+use crate::messages::rule::{self, RuleOf};
 use crate::netlink_ops::NetlinkOps;
+use crate::sysctl::ipv6_conf_op;
 
 pub(crate) use model::NsState;
 use model::World;
@@ -166,31 +165,39 @@ impl NetlinkOps for FakeNs {
         self.in_state(link::set_link_up(index, true).op, |s| s.set_up(index))
     }
 
-    fn add_address(&self, index: u32, network: Ipv4Network) -> Result<()> {
+    fn set_ipv6_conf(&self, ifname: &str, setting: &str, value: &str) -> Result<()> {
+        self.in_state(ipv6_conf_op(ifname, setting, value), |s| {
+            s.set_ipv6_conf(ifname, setting, value)
+        })
+    }
+
+    fn add_address<F: IpFamily>(&self, index: u32, network: F) -> Result<()> {
         self.in_state(addr::add_address(index, network).op, |s| {
             s.add_address(index, network)
         })
     }
 
-    fn addresses(&self) -> Result<Vec<Address>> {
-        self.in_state(addr::dump_addresses().op, |s| Ok(s.addresses.clone()))
+    fn addresses_of<F: IpFamily>(&self) -> Result<Vec<AddressOf<F>>> {
+        self.in_state(addr::dump_addresses_of::<F>().op, |s| {
+            Ok(s.addresses_mut::<F>().clone())
+        })
     }
 
-    fn add_route(&self, route: &Route) -> Result<()> {
+    fn add_route<F: IpFamily>(&self, route: &RouteOf<F>) -> Result<()> {
         self.in_state(route::add_route(route).op, |s| s.add_route(route, false))
     }
 
-    fn replace_route(&self, route: &Route) -> Result<()> {
+    fn replace_route<F: IpFamily>(&self, route: &RouteOf<F>) -> Result<()> {
         self.in_state(route::replace_route(route).op, |s| s.add_route(route, true))
     }
 
-    fn delete_route(&self, route: &Route) -> Result<()> {
+    fn delete_route<F: IpFamily>(&self, route: &RouteOf<F>) -> Result<()> {
         self.in_state(route::delete_route(route).op, |s| s.delete_route(route))
     }
 
-    fn routes(&self, table: u32) -> Result<Vec<Route>> {
-        self.in_state(route::dump_routes().op, |s| {
-            Ok(s.routes
+    fn routes_of<F: IpFamily>(&self, table: u32) -> Result<Vec<RouteOf<F>>> {
+        self.in_state(route::dump_routes_of::<F>().op, |s| {
+            Ok(s.routes_mut::<F>()
                 .iter()
                 .filter(|r| r.table == table)
                 .copied()
@@ -198,36 +205,45 @@ impl NetlinkOps for FakeNs {
         })
     }
 
-    fn add_rule(&self, rule: &Rule) -> Result<()> {
+    fn add_rule<F: IpFamily>(&self, rule: &RuleOf<F>) -> Result<()> {
         self.in_state(rule::add_rule(rule).op, |s| s.add_rule(rule))
     }
 
-    fn delete_rule(&self, rule: &Rule) -> Result<()> {
+    fn delete_rule<F: IpFamily>(&self, rule: &RuleOf<F>) -> Result<()> {
         self.in_state(rule::delete_rule(rule).op, |s| s.delete_rule(rule))
     }
 
-    fn rules(&self) -> Result<Vec<Rule>> {
-        self.in_state(rule::dump_rules().op, |s| Ok(s.rules.clone()))
+    fn rules_of<F: IpFamily>(&self) -> Result<Vec<RuleOf<F>>> {
+        self.in_state(rule::dump_rules_of::<F>().op, |s| {
+            Ok(s.rules_mut::<F>().clone())
+        })
     }
 
-    fn replace_neighbour(&self, index: u32, ip: Ipv4Addr, mac: [u8; 6]) -> Result<()> {
+    fn replace_neighbour<A: FamilyAddr>(&self, index: u32, ip: A, mac: [u8; 6]) -> Result<()> {
         self.in_state(neigh::replace_neighbour(index, ip, mac).op, |s| {
             s.replace_neighbour(index, ip, mac)
         })
     }
 
-    fn neighbours(&self) -> Result<Vec<Neighbour>> {
-        self.in_state(neigh::dump_neighbours().op, |s| Ok(s.neighbours.clone()))
+    fn neighbours_of<A: FamilyAddr>(&self) -> Result<Vec<NeighbourOf<A>>> {
+        self.in_state(neigh::dump_neighbours_of::<A::Net>().op, |s| {
+            Ok(s.neighbours_mut::<A>().clone())
+        })
     }
 }
 
 /// The kernel behaviour the pod tests rely on, pinned here so that the model cannot drift
 /// silently (the root tests prove the kernel's side).
 mod tests {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    use ipnetwork::{Ipv4Network, Ipv6Network};
     use nix::errno::Errno;
 
     use super::*;
     use crate::messages::RT_TABLE_MAIN;
+    use crate::messages::route::{Route, Route6};
+    use crate::messages::rule::{Rule, Rule6};
 
     fn veth(name: &str, peer: &FakeNs) -> VethSpec {
         VethSpec {
@@ -312,6 +328,64 @@ mod tests {
                 "host: add rule prio 512 from all lookup main",
                 "host: add rule prio 512 from all lookup main",
             ]
+        );
+    }
+
+    #[test]
+    fn ipv6_objects_live_apart_from_ipv4_ones_and_go_with_their_link() {
+        let (net, host, pod) = FakeNet::node_and_pod();
+        let before = net.state();
+        pod.create_veth(&veth("eth0", &host)).unwrap();
+        let eth0 = pod.state().index_of("eth0").unwrap();
+        let gw: Ipv6Addr = "fe80::1".parse().unwrap();
+        let ip: Ipv6Network = "2001:db8::5/128".parse().unwrap();
+        pod.set_ipv6_conf("eth0", "disable_ipv6", "0").unwrap();
+        pod.add_address(eth0, ip).unwrap();
+        // A link-local gateway needs its device only, as in the kernel.
+        pod.add_route(&Route6::default_via(gw, eth0, RT_TABLE_MAIN))
+            .unwrap();
+        pod.replace_neighbour(eth0, gw, [2; 6]).unwrap();
+        host.add_rule(&Rule6::to_dst(512, ip, RT_TABLE_MAIN))
+            .unwrap();
+
+        assert!(pod.addresses().unwrap().is_empty(), "no IPv4 address");
+        assert!(pod.routes(RT_TABLE_MAIN).unwrap().is_empty());
+        assert!(host.rules().unwrap().is_empty());
+        assert_eq!(pod.addresses_of::<Ipv6Network>().unwrap().len(), 1);
+        assert_eq!(pod.neighbours_of::<Ipv6Addr>().unwrap()[0].ip, gw);
+        assert_eq!(
+            host.rules_of::<Ipv6Network>().unwrap(),
+            [Rule6::to_dst(512, ip, RT_TABLE_MAIN)]
+        );
+        assert_eq!(
+            pod.state()
+                .ipv6_conf
+                .get(&("eth0".into(), "disable_ipv6".into())),
+            Some(&"0".to_string())
+        );
+        assert_eq!(
+            pod.set_ipv6_conf("eth9", "accept_ra", "0")
+                .unwrap_err()
+                .errno(),
+            Some(Errno::ENOENT as i32)
+        );
+
+        host.delete_rule(&Rule6::to_dst(512, ip, RT_TABLE_MAIN))
+            .unwrap();
+        pod.delete_link_by_name("eth0").unwrap();
+        assert_eq!(net.state(), before);
+        let calls = net.take_calls();
+        assert!(
+            calls.contains(&"pod: add address 2001:db8::5/128 dev #2".to_string())
+                && calls.contains(&"pod: set net.ipv6.conf.eth0.disable_ipv6=0".to_string())
+                && calls.contains(&"host: dump IPv6 rules".to_string()),
+            "{calls:?}"
+        );
+        // An IPv6 global gateway needs a route to it, like an IPv4 one.
+        let far = Route6::default_via("2001:db8::1".parse().unwrap(), 1, RT_TABLE_MAIN);
+        assert_eq!(
+            host.add_route(&far).unwrap_err().errno(),
+            Some(Errno::ENETUNREACH as i32)
         );
     }
 }

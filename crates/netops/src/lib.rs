@@ -13,7 +13,11 @@
 //! `<ip>/32` on the interface, `169.254.1.1/32 dev <if> scope link`, `default via
 //! 169.254.1.1` and a permanent neighbour `169.254.1.1 -> <host veth MAC>`; on the host,
 //! `<ip>/32 dev <veth> scope link`, `to <ip> lookup main` prio 512 and, for a secondary ENI,
-//! `from <ip> lookup <table>` prio 1536.
+//! `from <ip> lookup <table>` prio 1536. An IPv6 address gets the same shape with `<ip6>/128`
+//! (no DAD), the gateway `fe80::1` and the main table always, plus IPv6 enabled in the pod
+//! (`disable_ipv6=0`) and router advertisements ignored on the host veth (`accept_ra=0`); a
+//! dual-stack pod gets both on one veth. Messages, the [`NetlinkOps`] seam and the wiring are
+//! written once over [`IpFamily`].
 
 #![warn(missing_docs)]
 
@@ -30,6 +34,7 @@ mod ops;
 mod pod;
 pub mod snat;
 mod socket;
+mod sysctl;
 mod teardown;
 
 pub use check::{CheckError, CheckMismatch, ExpectedPod, check_pod};
@@ -39,15 +44,19 @@ pub use eni::{
 };
 pub use error::{Error, Result};
 pub use messages::RT_TABLE_MAIN;
-pub use messages::addr::Address;
+pub use messages::addr::{Address, Address6, AddressOf};
+pub use messages::family::{FamilyAddr, IpFamily};
 pub use messages::link::{Link, VethSpec};
-pub use messages::neigh::Neighbour;
-pub use messages::route::{Route, Scope};
-pub use messages::rule::Rule;
+pub use messages::neigh::{Neighbour, Neighbour6, NeighbourOf};
+pub use messages::route::{Route, Route6, RouteOf, Scope};
+pub use messages::rule::{Rule, Rule6, RuleOf};
 pub use names::{IFNAME_MAX, format_mac, parse_mac, random_mac, validate_ifname, veth_name};
 pub use netlink_ops::NetlinkOps;
-pub use pod::{POD_GATEWAY, PRIO_FROM_POD, PRIO_TO_POD, PodSpec, PodWiring, setup_pod};
+pub use pod::{
+    POD_GATEWAY, POD_GATEWAY6, PRIO_FROM_POD, PRIO_TO_POD, PodSpec, PodWiring, setup_pod,
+};
 pub use socket::Netlink;
 pub use teardown::{
-    TeardownReport, is_pod_rule, routed_elsewhere, teardown_container, teardown_host,
+    PodTeardown, TeardownReport, is_pod_rule, routed_elsewhere, teardown_container, teardown_host,
+    teardown_pod_host,
 };

@@ -12,14 +12,16 @@ use std::os::fd::BorrowedFd;
 use ipnetwork::Ipv4Network;
 
 use crate::error::Result;
-use crate::messages::addr::Address;
+use crate::messages::addr::{Address, AddressOf};
+use crate::messages::family::{FamilyAddr, IpFamily};
 use crate::messages::link::{Link, VethSpec};
-use crate::messages::neigh::Neighbour;
-use crate::messages::route::Route;
-use crate::messages::rule::Rule;
+use crate::messages::neigh::{Neighbour, NeighbourOf};
+use crate::messages::route::{Route, RouteOf};
+use crate::messages::rule::{Rule, RuleOf};
 use crate::socket::Netlink;
 
-/// The netlink operations of one network namespace that pod wiring needs.
+/// The netlink operations of one network namespace that pod wiring needs, for either address
+/// family (the family follows from the argument, or is named: `routes_of::<Ipv6Network>`).
 ///
 /// Errors follow the kernel's: a request for something missing fails with an error whose
 /// [`crate::Error::is_not_found`] is true, creating something present with one whose
@@ -37,28 +39,48 @@ pub trait NetlinkOps {
     fn delete_link_by_index(&self, index: u32) -> Result<()>;
     /// Sets a link administratively up.
     fn set_link_up(&self, index: u32) -> Result<()>;
-    /// Adds an IPv4 address to a link (`EEXIST` if present).
-    fn add_address(&self, index: u32, network: Ipv4Network) -> Result<()>;
-    /// Every IPv4 address of the namespace.
-    fn addresses(&self) -> Result<Vec<Address>>;
+    /// Sets `net.ipv6.conf.<ifname>.<setting>` (`ENOENT` when the kernel has no such file,
+    /// e.g. without IPv6).
+    fn set_ipv6_conf(&self, ifname: &str, setting: &str, value: &str) -> Result<()>;
+    /// Adds an address to a link (`EEXIST` if present); IPv6 ones without DAD.
+    fn add_address<F: IpFamily>(&self, index: u32, network: F) -> Result<()>;
+    /// Every address of family `F` in the namespace.
+    fn addresses_of<F: IpFamily>(&self) -> Result<Vec<AddressOf<F>>>;
     /// Adds a route (`EEXIST` if present).
-    fn add_route(&self, route: &Route) -> Result<()>;
+    fn add_route<F: IpFamily>(&self, route: &RouteOf<F>) -> Result<()>;
     /// Adds or replaces a route.
-    fn replace_route(&self, route: &Route) -> Result<()>;
+    fn replace_route<F: IpFamily>(&self, route: &RouteOf<F>) -> Result<()>;
     /// Deletes a route (`ESRCH` if absent).
-    fn delete_route(&self, route: &Route) -> Result<()>;
-    /// The IPv4 unicast routes of one table.
-    fn routes(&self, table: u32) -> Result<Vec<Route>>;
+    fn delete_route<F: IpFamily>(&self, route: &RouteOf<F>) -> Result<()>;
+    /// The unicast routes of family `F` in one table.
+    fn routes_of<F: IpFamily>(&self, table: u32) -> Result<Vec<RouteOf<F>>>;
     /// Adds a rule (`EEXIST` if an identical one exists).
-    fn add_rule(&self, rule: &Rule) -> Result<()>;
+    fn add_rule<F: IpFamily>(&self, rule: &RuleOf<F>) -> Result<()>;
     /// Deletes the first rule matching `rule` (`ENOENT` if none).
-    fn delete_rule(&self, rule: &Rule) -> Result<()>;
-    /// Every IPv4 rule.
-    fn rules(&self) -> Result<Vec<Rule>>;
+    fn delete_rule<F: IpFamily>(&self, rule: &RuleOf<F>) -> Result<()>;
+    /// Every rule of family `F`.
+    fn rules_of<F: IpFamily>(&self) -> Result<Vec<RuleOf<F>>>;
     /// Adds or replaces a permanent neighbour entry.
-    fn replace_neighbour(&self, index: u32, ip: Ipv4Addr, mac: [u8; 6]) -> Result<()>;
+    fn replace_neighbour<A: FamilyAddr>(&self, index: u32, ip: A, mac: [u8; 6]) -> Result<()>;
+    /// Every neighbour entry of `A`'s family.
+    fn neighbours_of<A: FamilyAddr>(&self) -> Result<Vec<NeighbourOf<A>>>;
+
+    /// Every IPv4 address of the namespace.
+    fn addresses(&self) -> Result<Vec<Address>> {
+        self.addresses_of::<Ipv4Network>()
+    }
+    /// The IPv4 unicast routes of one table.
+    fn routes(&self, table: u32) -> Result<Vec<Route>> {
+        self.routes_of::<Ipv4Network>(table)
+    }
+    /// Every IPv4 rule.
+    fn rules(&self) -> Result<Vec<Rule>> {
+        self.rules_of::<Ipv4Network>()
+    }
     /// Every IPv4 neighbour entry.
-    fn neighbours(&self) -> Result<Vec<Neighbour>>;
+    fn neighbours(&self) -> Result<Vec<Neighbour>> {
+        self.neighbours_of::<Ipv4Addr>()
+    }
 }
 
 // Forwarding keeps `Netlink`'s inherent methods, which the daemon and the root tests call
@@ -82,37 +104,40 @@ impl NetlinkOps for Netlink {
     fn set_link_up(&self, index: u32) -> Result<()> {
         Netlink::set_link_up(self, index)
     }
-    fn add_address(&self, index: u32, network: Ipv4Network) -> Result<()> {
+    fn set_ipv6_conf(&self, ifname: &str, setting: &str, value: &str) -> Result<()> {
+        Netlink::set_ipv6_conf(self, ifname, setting, value)
+    }
+    fn add_address<F: IpFamily>(&self, index: u32, network: F) -> Result<()> {
         Netlink::add_address(self, index, network)
     }
-    fn addresses(&self) -> Result<Vec<Address>> {
-        Netlink::addresses(self)
+    fn addresses_of<F: IpFamily>(&self) -> Result<Vec<AddressOf<F>>> {
+        Netlink::addresses_of(self)
     }
-    fn add_route(&self, route: &Route) -> Result<()> {
+    fn add_route<F: IpFamily>(&self, route: &RouteOf<F>) -> Result<()> {
         Netlink::add_route(self, route)
     }
-    fn replace_route(&self, route: &Route) -> Result<()> {
+    fn replace_route<F: IpFamily>(&self, route: &RouteOf<F>) -> Result<()> {
         Netlink::replace_route(self, route)
     }
-    fn delete_route(&self, route: &Route) -> Result<()> {
+    fn delete_route<F: IpFamily>(&self, route: &RouteOf<F>) -> Result<()> {
         Netlink::delete_route(self, route)
     }
-    fn routes(&self, table: u32) -> Result<Vec<Route>> {
-        Netlink::routes(self, table)
+    fn routes_of<F: IpFamily>(&self, table: u32) -> Result<Vec<RouteOf<F>>> {
+        Netlink::routes_of(self, table)
     }
-    fn add_rule(&self, rule: &Rule) -> Result<()> {
+    fn add_rule<F: IpFamily>(&self, rule: &RuleOf<F>) -> Result<()> {
         Netlink::add_rule(self, rule)
     }
-    fn delete_rule(&self, rule: &Rule) -> Result<()> {
+    fn delete_rule<F: IpFamily>(&self, rule: &RuleOf<F>) -> Result<()> {
         Netlink::delete_rule(self, rule)
     }
-    fn rules(&self) -> Result<Vec<Rule>> {
-        Netlink::rules(self)
+    fn rules_of<F: IpFamily>(&self) -> Result<Vec<RuleOf<F>>> {
+        Netlink::rules_of(self)
     }
-    fn replace_neighbour(&self, index: u32, ip: Ipv4Addr, mac: [u8; 6]) -> Result<()> {
+    fn replace_neighbour<A: FamilyAddr>(&self, index: u32, ip: A, mac: [u8; 6]) -> Result<()> {
         Netlink::replace_neighbour(self, index, ip, mac)
     }
-    fn neighbours(&self) -> Result<Vec<Neighbour>> {
-        Netlink::neighbours(self)
+    fn neighbours_of<A: FamilyAddr>(&self) -> Result<Vec<NeighbourOf<A>>> {
+        Netlink::neighbours_of(self)
     }
 }

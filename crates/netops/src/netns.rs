@@ -2,7 +2,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use nix::errno::Errno;
@@ -69,4 +69,15 @@ pub(crate) fn with_netns<T>(
         });
     }
     result
+}
+
+/// True when `netns` is the calling thread's own network namespace (no need to enter it).
+pub(crate) fn is_current_netns(netns: BorrowedFd<'_>) -> bool {
+    match (
+        nix::sys::stat::fstat(netns),
+        nix::sys::stat::stat(THREAD_NETNS),
+    ) {
+        (Ok(a), Ok(b)) => (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino),
+        _ => false,
+    }
 }

@@ -1,16 +1,15 @@
 //! Low-level operations on a [`Netlink`] socket: each builds one request and sends it.
 
-use std::net::Ipv4Addr;
-
 use ipnetwork::Ipv4Network;
 
 use crate::error::Result;
 use crate::messages::Request;
-use crate::messages::addr::{self, Address};
+use crate::messages::addr::{self, Address, AddressOf};
+use crate::messages::family::{FamilyAddr, IpFamily};
 use crate::messages::link::{self, Link, VethSpec};
-use crate::messages::neigh::{self, Neighbour};
-use crate::messages::route::{self, Route};
-use crate::messages::rule::{self, Rule};
+use crate::messages::neigh::{self, Neighbour, NeighbourOf};
+use crate::messages::route::{self, Route, RouteOf};
+use crate::messages::rule::{self, Rule, RuleOf};
 use crate::socket::Netlink;
 
 impl Netlink {
@@ -75,78 +74,109 @@ impl Netlink {
         self.execute(link::set_link_mtu(index, mtu))
     }
 
-    /// Adds an IPv4 address to a link (`EEXIST` if present).
-    pub fn add_address(&self, index: u32, network: Ipv4Network) -> Result<()> {
+    /// Adds an address to a link (`EEXIST` if present); IPv6 ones without duplicate address
+    /// detection.
+    pub fn add_address<F: IpFamily>(&self, index: u32, network: F) -> Result<()> {
         self.execute(addr::add_address(index, network))
     }
 
-    /// Removes an IPv4 address from a link.
-    pub fn delete_address(&self, index: u32, network: Ipv4Network) -> Result<()> {
+    /// Removes an address from a link.
+    pub fn delete_address<F: IpFamily>(&self, index: u32, network: F) -> Result<()> {
         self.execute(addr::delete_address(index, network))
     }
 
     /// Every IPv4 address of the namespace.
     pub fn addresses(&self) -> Result<Vec<Address>> {
-        Ok(addr::parse_addresses(&self.dump(addr::dump_addresses())?))
+        self.addresses_of::<Ipv4Network>()
+    }
+
+    /// Every address of family `F` in the namespace.
+    pub fn addresses_of<F: IpFamily>(&self) -> Result<Vec<AddressOf<F>>> {
+        Ok(addr::parse_addresses_of(
+            &self.dump(addr::dump_addresses_of::<F>())?,
+        ))
     }
 
     /// Adds a route (`EEXIST` if present).
-    pub fn add_route(&self, route: &Route) -> Result<()> {
+    pub fn add_route<F: IpFamily>(&self, route: &RouteOf<F>) -> Result<()> {
         self.execute(route::add_route(route))
     }
 
     /// Adds or replaces a route.
-    pub fn replace_route(&self, route: &Route) -> Result<()> {
+    pub fn replace_route<F: IpFamily>(&self, route: &RouteOf<F>) -> Result<()> {
         self.execute(route::replace_route(route))
     }
 
     /// Deletes a route (`ESRCH` if absent).
-    pub fn delete_route(&self, route: &Route) -> Result<()> {
+    pub fn delete_route<F: IpFamily>(&self, route: &RouteOf<F>) -> Result<()> {
         self.execute(route::delete_route(route))
     }
 
     /// The IPv4 unicast routes of one table.
     pub fn routes(&self, table: u32) -> Result<Vec<Route>> {
-        Ok(route::parse_routes(
-            &self.dump(route::dump_routes())?,
+        self.routes_of::<Ipv4Network>(table)
+    }
+
+    /// The unicast routes of family `F` in one table.
+    pub fn routes_of<F: IpFamily>(&self, table: u32) -> Result<Vec<RouteOf<F>>> {
+        Ok(route::parse_routes_of(
+            &self.dump(route::dump_routes_of::<F>())?,
             table,
         ))
     }
 
     /// Adds a rule (`EEXIST` if an identical one exists).
-    pub fn add_rule(&self, rule: &Rule) -> Result<()> {
+    pub fn add_rule<F: IpFamily>(&self, rule: &RuleOf<F>) -> Result<()> {
         self.execute(rule::add_rule(rule))
     }
 
     /// Deletes the first rule matching `rule` (`ENOENT` if none).
-    pub fn delete_rule(&self, rule: &Rule) -> Result<()> {
+    pub fn delete_rule<F: IpFamily>(&self, rule: &RuleOf<F>) -> Result<()> {
         self.execute(rule::delete_rule(rule))
     }
 
     /// Every IPv4 rule.
     pub fn rules(&self) -> Result<Vec<Rule>> {
-        Ok(rule::parse_rules(&self.dump(rule::dump_rules())?))
+        self.rules_of::<Ipv4Network>()
+    }
+
+    /// Every rule of family `F`.
+    pub fn rules_of<F: IpFamily>(&self) -> Result<Vec<RuleOf<F>>> {
+        Ok(rule::parse_rules_of(
+            &self.dump(rule::dump_rules_of::<F>())?,
+        ))
     }
 
     /// Adds a permanent neighbour entry (`EEXIST` if present).
-    pub fn add_neighbour(&self, index: u32, ip: Ipv4Addr, mac: [u8; 6]) -> Result<()> {
+    pub fn add_neighbour<A: FamilyAddr>(&self, index: u32, ip: A, mac: [u8; 6]) -> Result<()> {
         self.execute(neigh::add_neighbour(index, ip, mac))
     }
 
     /// Adds or replaces a permanent neighbour entry.
-    pub fn replace_neighbour(&self, index: u32, ip: Ipv4Addr, mac: [u8; 6]) -> Result<()> {
+    pub fn replace_neighbour<A: FamilyAddr>(&self, index: u32, ip: A, mac: [u8; 6]) -> Result<()> {
         self.execute(neigh::replace_neighbour(index, ip, mac))
     }
 
     /// Deletes a neighbour entry.
-    pub fn delete_neighbour(&self, index: u32, ip: Ipv4Addr) -> Result<()> {
+    pub fn delete_neighbour<A: FamilyAddr>(&self, index: u32, ip: A) -> Result<()> {
         self.execute(neigh::delete_neighbour(index, ip))
     }
 
     /// Every IPv4 neighbour entry.
     pub fn neighbours(&self) -> Result<Vec<Neighbour>> {
-        Ok(neigh::parse_neighbours(
-            &self.dump(neigh::dump_neighbours())?,
+        self.neighbours_of::<std::net::Ipv4Addr>()
+    }
+
+    /// Every neighbour entry of `A`'s family.
+    pub fn neighbours_of<A: FamilyAddr>(&self) -> Result<Vec<NeighbourOf<A>>> {
+        Ok(neigh::parse_neighbours_of(
+            &self.dump(neigh::dump_neighbours_of::<A::Net>())?,
         ))
+    }
+
+    /// Sets `net.ipv6.conf.<ifname>.<setting>` in this socket's namespace, for
+    /// the IPv6 settings of the pod and host veths. A missing file is `is_not_found`.
+    pub fn set_ipv6_conf(&self, ifname: &str, setting: &str, value: &str) -> Result<()> {
+        crate::sysctl::set_ipv6_conf(self.netns_fd(), ifname, setting, value)
     }
 }

@@ -1,39 +1,46 @@
-//! Wiring one pod: the veth pair, the pod's address/routes/neighbour, the host's route and rules.
+//! Wiring one pod: the veth pair, the pod's addresses/routes/neighbours, the host's routes and
+//! rules, for an IPv4 address, an IPv6 address or both.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsRawFd;
 
-use ipnetwork::Ipv4Network;
+use ipnetwork::{Ipv4Network, Ipv6Network};
 
 use crate::error::{Error, Result, libc_errno};
 use crate::messages::RT_TABLE_MAIN;
+use crate::messages::family::IpFamily;
 use crate::messages::link::{Link, VethSpec};
-use crate::messages::route::Route;
-use crate::messages::rule::Rule;
+use crate::messages::route::{Route, Route6, RouteOf};
+use crate::messages::rule::{Rule, Rule6, RuleOf};
 use crate::names::{random_mac, validate_ifname};
 use crate::netlink_ops::NetlinkOps;
 
-/// The pod's next hop: a link-local address answered by the host veth (via the permanent
+/// The pod's IPv4 next hop: a link-local address answered by the host veth (via the permanent
 /// neighbour entry), never configured anywhere.
 pub const POD_GATEWAY: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
+/// The pod's IPv6 next hop, `fe80::1`, answered the same way (a permanent NDP entry).
+pub const POD_GATEWAY6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
 /// Priority of the host rule `to <pod ip> lookup main`.
 pub const PRIO_TO_POD: u32 = 512;
 /// Priority of the host rule `from <pod ip> lookup <ENI table>` (secondary-ENI pods only).
 pub const PRIO_FROM_POD: u32 = 1536;
 
-/// What to build for one pod.
+/// What to build for one pod: at least one of `ipv4` and `ipv6`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodSpec {
     /// Host-side veth name (see [`crate::veth_name`]).
     pub host_veth: String,
     /// Interface name inside the pod (`CNI_IFNAME`).
     pub container_ifname: String,
-    /// The pod's address (configured as /32).
-    pub ip: Ipv4Addr,
+    /// The pod's IPv4 address (configured as /32).
+    pub ipv4: Option<Ipv4Addr>,
+    /// The pod's IPv6 address (configured as /128, routed in the main table).
+    pub ipv6: Option<Ipv6Addr>,
     /// MTU of both veth ends.
     pub mtu: u32,
-    /// Route table of the ENI owning `ip`: 254 (main) for the primary ENI; any other value
-    /// means a secondary ENI and adds the rule `from <ip>/32 lookup <table>` prio 1536.
+    /// Route table of the ENI owning `ipv4`: 254 (main) for the primary ENI; any other value
+    /// means a secondary ENI and adds the rule `from <ipv4>/32 lookup <table>` prio 1536.
+    /// IPv6 always uses main.
     pub route_table: u32,
 }
 
@@ -51,20 +58,29 @@ pub struct PodWiring {
 }
 
 /// The pod's address as a /32.
+#[cfg(test)]
 pub(crate) fn host_prefix(ip: Ipv4Addr) -> Ipv4Network {
     Ipv4Network::from(ip)
+}
+
+/// ` scope link` where the family keeps route scopes, for operation texts.
+pub(crate) fn link_scope_text<F: IpFamily>() -> &'static str {
+    if F::ROUTE_SCOPES { " scope link" } else { "" }
 }
 
 /// Wires a pod: `host` is a socket in the node's namespace, `pod` one in the pod's (a
 /// [`crate::Netlink`] each, in production).
 ///
 /// Creates the veth from the pod side with the peer placed directly in the host namespace
-/// (no link is moved between namespaces), both ends up with `spec.mtu`; then on the host the
-/// route `<ip>/32 dev <host_veth> scope link` (replace), the rule `to <ip>/32 lookup main`
-/// prio 512 and, for a secondary ENI, `from <ip>/32 lookup <table>` prio 1536 (an existing
-/// identical rule is fine); then in the pod `<ip>/32` on the interface, the routes
+/// (no link is moved between namespaces), both ends up with `spec.mtu`. Then, for IPv4: on
+/// the host the route `<ip>/32 dev <host_veth> scope link` (replace), the rule `to <ip>/32
+/// lookup main` prio 512 and, for a secondary ENI, `from <ip>/32 lookup <table>` prio 1536
+/// (an existing identical rule is fine); in the pod `<ip>/32` on the interface, the routes
 /// `169.254.1.1/32 dev <if> scope link` and `default via 169.254.1.1`, and a permanent
-/// neighbour `169.254.1.1 -> <host veth MAC>`.
+/// neighbour `169.254.1.1 -> <host veth MAC>`. For IPv6, as the Go CNI: `accept_ra=0` on the
+/// host veth and `disable_ipv6=0` on the pod's interface and `lo` (skipped where the kernel
+/// has no IPv6 settings), then the same shape with `<ip6>/128` (no DAD), `fe80::1` and the
+/// main table. A dual-stack pod gets both on the one veth.
 ///
 /// A stale host veth of the same name is deleted first. An existing `container_ifname` in
 /// the pod is an error ([`Error::ContainerIfaceExists`]). When any step fails, everything
@@ -103,10 +119,29 @@ fn setup_pod_with_mac<N: NetlinkOps + ?Sized>(
 fn validate(spec: &PodSpec) -> Result<()> {
     validate_ifname("host veth name", &spec.host_veth)?;
     validate_ifname("container interface name", &spec.container_ifname)?;
-    let ip = spec.ip;
-    if ip.is_unspecified() || ip.is_loopback() || ip.is_multicast() || ip.is_broadcast() {
+    if spec.ipv4.is_none() && spec.ipv6.is_none() {
         return Err(Error::Invalid {
             what: "pod IP",
+            why: "neither an IPv4 nor an IPv6 address was given".into(),
+        });
+    }
+    if let Some(ip) = spec.ipv4
+        && (ip.is_unspecified() || ip.is_loopback() || ip.is_multicast() || ip.is_broadcast())
+    {
+        return Err(Error::Invalid {
+            what: "pod IPv4 address",
+            why: format!("{ip} cannot be a pod address"),
+        });
+    }
+    if let Some(ip) = spec.ipv6
+        && (ip.is_unspecified()
+            || ip.is_loopback()
+            || ip.is_multicast()
+            || ip.is_unicast_link_local())
+    {
+        // A link-local address would also clash with the gateway's fe80::/64.
+        return Err(Error::Invalid {
+            what: "pod IPv6 address",
             why: format!("{ip} cannot be a pod address"),
         });
     }
@@ -114,6 +149,12 @@ fn validate(spec: &PodSpec) -> Result<()> {
         return Err(Error::Invalid {
             what: "MTU",
             why: format!("{} is outside 68..=65535", spec.mtu),
+        });
+    }
+    if spec.ipv6.is_some() && spec.mtu < 1280 {
+        return Err(Error::Invalid {
+            what: "MTU",
+            why: format!("{} is below IPv6's minimum of 1280", spec.mtu),
         });
     }
     if spec.route_table == 0 {
@@ -146,28 +187,73 @@ fn remove_stale_host_veth<N: NetlinkOps + ?Sized>(host: &N, name: &str) -> Resul
     }
 }
 
+/// A host object created by ADD, to remove if a later step fails.
+enum Created {
+    Route(Route),
+    Route6(Route6),
+    Rule(Rule),
+    Rule6(Rule6),
+}
+
+impl From<Route> for Created {
+    fn from(route: Route) -> Self {
+        Created::Route(route)
+    }
+}
+
+impl From<Route6> for Created {
+    fn from(route: Route6) -> Self {
+        Created::Route6(route)
+    }
+}
+
+impl From<Rule> for Created {
+    fn from(rule: Rule) -> Self {
+        Created::Rule(rule)
+    }
+}
+
+impl From<Rule6> for Created {
+    fn from(rule: Rule6) -> Self {
+        Created::Rule6(rule)
+    }
+}
+
 /// What has been created so far, to remove on failure.
 #[derive(Default)]
 struct Undo {
     veth: Option<String>,
-    route: Option<Route>,
-    rules: Vec<Rule>,
+    /// Host routes and rules, in the order they were created.
+    host: Vec<Created>,
 }
 
 impl Undo {
-    /// Best effort: the caller returns the original error, not one from cleaning up.
+    /// Best effort, newest first: the caller returns the original error, not one from
+    /// cleaning up.
     fn run<N: NetlinkOps + ?Sized>(self, host: &N) {
-        for rule in self.rules.iter().rev() {
-            let _ = host.delete_rule(rule);
+        for created in self.host.iter().rev() {
+            let _ = match created {
+                Created::Route(route) => host.delete_route(route),
+                Created::Route6(route) => host.delete_route(route),
+                Created::Rule(rule) => host.delete_rule(rule),
+                Created::Rule6(rule) => host.delete_rule(rule),
+            };
         }
-        if let Some(route) = &self.route {
-            let _ = host.delete_route(route);
-        }
-        // The pod end, and with it the pod's address, routes and neighbour, goes with the pair.
+        // The pod end, and with it the pod's addresses, routes and neighbours, goes with the
+        // pair; so do the veths' IPv6 settings.
         if let Some(veth) = &self.veth {
             let _ = host.delete_link_by_name(veth);
         }
     }
+}
+
+/// The two ends of a new veth pair.
+struct Ends<'a> {
+    host_veth: &'a str,
+    host_index: u32,
+    host_mac: [u8; 6],
+    ifname: &'a str,
+    pod_index: u32,
 }
 
 fn wire<N: NetlinkOps + ?Sized>(
@@ -180,10 +266,8 @@ fn wire<N: NetlinkOps + ?Sized>(
     let PodSpec {
         host_veth,
         container_ifname: ifname,
-        ip,
         ..
     } = spec;
-    let ip32 = host_prefix(*ip);
 
     pod.create_veth(&VethSpec {
         name: ifname.clone(),
@@ -201,51 +285,116 @@ fn wire<N: NetlinkOps + ?Sized>(
         op: format!("get link {ifname}"),
         reason: "the new pod interface has no MAC address".into(),
     })?;
+    let ends = Ends {
+        host_veth,
+        host_index: host_link.index,
+        host_mac,
+        ifname,
+        pod_index: cont_link.index,
+    };
 
-    let host_route = Route::link_scope(ip32, host_link.index, RT_TABLE_MAIN);
-    host.replace_route(&host_route)
-        .map_err(|e| e.with_op(format!("replace route {ip32} dev {host_veth} scope link")))?;
-    undo.route = Some(host_route);
-
-    add_host_rule(host, Rule::to_dst(PRIO_TO_POD, ip32, RT_TABLE_MAIN), undo)?;
-    if spec.route_table != RT_TABLE_MAIN {
-        add_host_rule(
-            host,
-            Rule::from_src(PRIO_FROM_POD, ip32, spec.route_table),
-            undo,
-        )?;
+    if let Some(ip) = spec.ipv4 {
+        wire_family::<N, Ipv4Network>(host, pod, &ends, ip, POD_GATEWAY, spec.route_table, undo)?;
     }
-
-    let idx = cont_link.index;
-    pod.add_address(idx, ip32)
-        .map_err(|e| e.with_op(format!("add address {ip32} dev {ifname} in pod")))?;
-    let gw32 = host_prefix(POD_GATEWAY);
-    pod.replace_route(&Route::link_scope(gw32, idx, RT_TABLE_MAIN))
-        .map_err(|e| {
-            e.with_op(format!(
-                "replace route {gw32} dev {ifname} scope link in pod"
-            ))
-        })?;
-    pod.add_route(&Route::default_via(POD_GATEWAY, idx, RT_TABLE_MAIN))
-        .map_err(|e| {
-            e.with_op(format!(
-                "add route default via {POD_GATEWAY} dev {ifname} in pod"
-            ))
-        })?;
-    pod.replace_neighbour(idx, POD_GATEWAY, host_mac)
-        .map_err(|e| {
-            e.with_op(format!(
-                "add permanent neighbour {POD_GATEWAY} lladdr {} dev {ifname} in pod",
-                crate::names::format_mac(&host_mac)
-            ))
-        })?;
+    if let Some(ip) = spec.ipv6 {
+        enable_ipv6(host, pod, &ends)?;
+        wire_family::<N, Ipv6Network>(host, pod, &ends, ip, POD_GATEWAY6, RT_TABLE_MAIN, undo)?;
+    }
 
     Ok(PodWiring {
         host_mac,
         container_mac,
         host_ifindex: host_link.index,
-        container_ifindex: idx,
+        container_ifindex: cont_link.index,
     })
+}
+
+/// The Go CNI's IPv6 settings: runtimes may start pods with IPv6 disabled, and a router
+/// advertisement on the host veth must not give the node a default route through a pod. A
+/// kernel without IPv6 has no such files; the address step then says what is wrong.
+fn enable_ipv6<N: NetlinkOps + ?Sized>(host: &N, pod: &N, ends: &Ends<'_>) -> Result<()> {
+    let settings = [
+        (host, ends.host_veth, "accept_ra", "0", ""),
+        (pod, ends.ifname, "disable_ipv6", "0", " in pod"),
+        (pod, "lo", "disable_ipv6", "0", " in pod"),
+    ];
+    for (nl, ifname, setting, value, side) in settings {
+        match nl.set_ipv6_conf(ifname, setting, value) {
+            Err(e) if !e.is_not_found() => {
+                return Err(e.with_op(format!(
+                    "set net.ipv6.conf.{ifname}.{setting}={value}{side}"
+                )));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// One family's host route and rules and the pod's address, gateway route, default route and
+/// gateway neighbour.
+fn wire_family<N, F>(
+    host: &N,
+    pod: &N,
+    ends: &Ends<'_>,
+    ip: F::Addr,
+    gateway: F::Addr,
+    route_table: u32,
+    undo: &mut Undo,
+) -> Result<()>
+where
+    N: NetlinkOps + ?Sized,
+    F: IpFamily,
+    Created: From<RouteOf<F>> + From<RuleOf<F>>,
+{
+    let Ends {
+        host_veth, ifname, ..
+    } = *ends;
+    let ip_host = F::host(ip);
+    let scope = link_scope_text::<F>();
+
+    let host_route = RouteOf::link_scope(ip_host, ends.host_index, RT_TABLE_MAIN);
+    host.replace_route(&host_route)
+        .map_err(|e| e.with_op(format!("replace route {ip_host} dev {host_veth}{scope}")))?;
+    undo.host.push(host_route.into());
+
+    add_host_rule(
+        host,
+        RuleOf::to_dst(PRIO_TO_POD, ip_host, RT_TABLE_MAIN),
+        undo,
+    )?;
+    if route_table != RT_TABLE_MAIN {
+        add_host_rule(
+            host,
+            RuleOf::from_src(PRIO_FROM_POD, ip_host, route_table),
+            undo,
+        )?;
+    }
+
+    let idx = ends.pod_index;
+    pod.add_address(idx, ip_host)
+        .map_err(|e| e.with_op(format!("add address {ip_host} dev {ifname} in pod")))?;
+    let gw_host = F::host(gateway);
+    pod.replace_route(&RouteOf::link_scope(gw_host, idx, RT_TABLE_MAIN))
+        .map_err(|e| {
+            e.with_op(format!(
+                "replace route {gw_host} dev {ifname}{scope} in pod"
+            ))
+        })?;
+    pod.add_route(&RouteOf::<F>::default_via(gateway, idx, RT_TABLE_MAIN))
+        .map_err(|e| {
+            e.with_op(format!(
+                "add route default via {gateway} dev {ifname} in pod"
+            ))
+        })?;
+    pod.replace_neighbour(idx, gateway, ends.host_mac)
+        .map_err(|e| {
+            e.with_op(format!(
+                "add permanent neighbour {gateway} lladdr {} dev {ifname} in pod",
+                crate::names::format_mac(&ends.host_mac)
+            ))
+        })?;
+    Ok(())
 }
 
 /// Looks up a link just created and makes sure it is up.
@@ -263,10 +412,15 @@ fn require_link<N: NetlinkOps + ?Sized>(nl: &N, name: &str, what: &str) -> Resul
     Ok(link)
 }
 
-fn add_host_rule<N: NetlinkOps + ?Sized>(host: &N, rule: Rule, undo: &mut Undo) -> Result<()> {
+fn add_host_rule<N, F>(host: &N, rule: RuleOf<F>, undo: &mut Undo) -> Result<()>
+where
+    N: NetlinkOps + ?Sized,
+    F: IpFamily,
+    Created: From<RuleOf<F>>,
+{
     match host.add_rule(&rule) {
         Ok(()) => {
-            undo.rules.push(rule);
+            undo.host.push(rule.into());
             Ok(())
         }
         // Left by an earlier pod with this address or a retried ADD: it is the rule we want.
@@ -277,3 +431,5 @@ fn add_host_rule<N: NetlinkOps + ?Sized>(host: &N, rule: Rule, undo: &mut Undo) 
 
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod tests6;

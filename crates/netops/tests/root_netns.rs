@@ -21,7 +21,8 @@ fn spec(table: u32) -> PodSpec {
     PodSpec {
         host_veth: VETH.into(),
         container_ifname: "eth0".into(),
-        ip: IP,
+        ipv4: Some(IP),
+        ipv6: None,
         mtu: 9001,
         route_table: table,
     }
@@ -31,7 +32,8 @@ fn expected(table: u32, wiring: Option<&PodWiring>) -> ExpectedPod {
     ExpectedPod {
         container_ifname: "eth0".into(),
         host_veth: VETH.into(),
-        ip: IP,
+        ipv4: Some(IP),
+        ipv6: None,
         route_table: table,
         container_mac: wiring.map(|w| w.container_mac),
         host_mac: wiring.map(|w| w.host_mac),

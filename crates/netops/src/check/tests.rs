@@ -13,7 +13,8 @@ fn expected(route_table: u32, wiring: &PodWiring) -> ExpectedPod {
     ExpectedPod {
         container_ifname: "eth0".into(),
         host_veth: VETH.into(),
-        ip: IP,
+        ipv4: Some(IP),
+        ipv6: None,
         route_table,
         container_mac: Some(wiring.container_mac),
         host_mac: Some(wiring.host_mac),

@@ -1,17 +1,20 @@
 //! The kernel as far as pod wiring sees it: links (veth pairs across namespaces), addresses,
 //! routes, rules and neighbours, with the errno the kernel answers where callers depend on it.
 
-use std::net::Ipv4Addr;
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::os::fd::RawFd;
 
-use ipnetwork::Ipv4Network;
+use ipnetwork::Ipv6Network;
 use nix::errno::Errno;
 
-use crate::messages::addr::Address;
+use crate::messages::addr::{Address, AddressOf};
+use crate::messages::family::{FamilyAddr, IpFamily};
 use crate::messages::link::{Link, VethSpec};
-use crate::messages::neigh::Neighbour;
-use crate::messages::route::Route;
-use crate::messages::rule::Rule;
+use crate::messages::neigh::{Neighbour, NeighbourOf};
+use crate::messages::route::{Route, RouteOf};
+use crate::messages::rule::{Rule, RuleOf};
 
 type Outcome<T = ()> = Result<T, i32>;
 
@@ -22,7 +25,8 @@ const ENOENT: i32 = Errno::ENOENT as i32;
 const ENETUNREACH: i32 = Errno::ENETUNREACH as i32;
 const ESRCH: i32 = Errno::ESRCH as i32;
 
-/// The objects of one namespace.
+/// The objects of one namespace: links, the IPv4 objects, the IPv6 ones, and the
+/// `net.ipv6.conf.<if>.<setting>` values written.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct NsState {
     pub(crate) links: Vec<FakeLink>,
@@ -31,6 +35,39 @@ pub(crate) struct NsState {
     /// In the kernel's order: by priority, then age.
     pub(crate) rules: Vec<Rule>,
     pub(crate) neighbours: Vec<Neighbour>,
+    pub(crate) v6: Tables<Ipv6Network>,
+    /// `(interface, setting) -> value`; an interface's entries go with it.
+    pub(crate) ipv6_conf: BTreeMap<(String, String), String>,
+}
+
+/// One family's addresses, routes, rules (kernel order) and neighbours.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Tables<F: IpFamily> {
+    pub(crate) addresses: Vec<AddressOf<F>>,
+    pub(crate) routes: Vec<RouteOf<F>>,
+    pub(crate) rules: Vec<RuleOf<F>>,
+    pub(crate) neighbours: Vec<NeighbourOf<F::Addr>>,
+}
+
+impl<F: IpFamily> Default for Tables<F> {
+    fn default() -> Self {
+        Self {
+            addresses: Vec::new(),
+            routes: Vec::new(),
+            rules: Vec::new(),
+            neighbours: Vec::new(),
+        }
+    }
+}
+
+/// `v4` when `T` is its type, else `v6`: how a method generic over the family reaches the
+/// IPv4 field or the IPv6 one (`IpFamily` is sealed to exactly these two).
+fn pick<'a, T: 'static>(v4: &'a mut dyn Any, v6: &'a mut dyn Any) -> &'a mut T {
+    if let Some(t) = v4.downcast_mut::<T>() {
+        return t;
+    }
+    v6.downcast_mut::<T>()
+        .expect("a table of the IPv4 or the IPv6 family")
 }
 
 /// A link and, for a veth, the namespace its peer is in.
@@ -195,6 +232,22 @@ impl NsState {
         self.link_named(name).map(|l| l.link.index).ok_or(ENODEV)
     }
 
+    pub(crate) fn addresses_mut<F: IpFamily>(&mut self) -> &mut Vec<AddressOf<F>> {
+        pick(&mut self.addresses, &mut self.v6.addresses)
+    }
+
+    pub(crate) fn routes_mut<F: IpFamily>(&mut self) -> &mut Vec<RouteOf<F>> {
+        pick(&mut self.routes, &mut self.v6.routes)
+    }
+
+    pub(crate) fn rules_mut<F: IpFamily>(&mut self) -> &mut Vec<RuleOf<F>> {
+        pick(&mut self.rules, &mut self.v6.rules)
+    }
+
+    pub(crate) fn neighbours_mut<A: FamilyAddr>(&mut self) -> &mut Vec<NeighbourOf<A>> {
+        pick(&mut self.neighbours, &mut self.v6.neighbours)
+    }
+
     fn remove_link(&mut self, index: u32) -> Outcome<FakeLink> {
         let at = self
             .links
@@ -204,7 +257,21 @@ impl NsState {
         self.addresses.retain(|a| a.index != index);
         self.routes.retain(|r| r.oif != Some(index));
         self.neighbours.retain(|n| n.index != index);
-        Ok(self.links.remove(at))
+        self.v6.addresses.retain(|a| a.index != index);
+        self.v6.routes.retain(|r| r.oif != Some(index));
+        self.v6.neighbours.retain(|n| n.index != index);
+        let gone = self.links.remove(at);
+        self.ipv6_conf
+            .retain(|(ifname, _), _| *ifname != gone.link.name);
+        Ok(gone)
+    }
+
+    /// As /proc/sys: the file exists only for an existing interface.
+    pub(super) fn set_ipv6_conf(&mut self, ifname: &str, setting: &str, value: &str) -> Outcome {
+        self.index_of(ifname).map_err(|_| ENOENT)?;
+        self.ipv6_conf
+            .insert((ifname.to_string(), setting.to_string()), value.to_string());
+        Ok(())
     }
 
     pub(super) fn set_up(&mut self, index: u32) -> Outcome {
@@ -212,51 +279,56 @@ impl NsState {
         Ok(())
     }
 
-    pub(super) fn add_address(&mut self, index: u32, network: Ipv4Network) -> Outcome {
+    pub(super) fn add_address<F: IpFamily>(&mut self, index: u32, network: F) -> Outcome {
         self.link_mut(index)?;
-        let address = Address { index, network };
-        if self.addresses.contains(&address) {
+        let address = AddressOf { index, network };
+        let addresses = self.addresses_mut::<F>();
+        if addresses.contains(&address) {
             return Err(EEXIST);
         }
-        self.addresses.push(address);
+        addresses.push(address);
         Ok(())
     }
 
-    /// A route needs its device, and a gateway a route on the way to it; one route per
-    /// destination and table (the kernel's key, ignoring TOS and metric, which we never set).
-    pub(super) fn add_route(&mut self, route: &Route, replace: bool) -> Outcome {
+    /// A route needs its device, and a gateway a route on the way to it (an IPv6 link-local
+    /// gateway only its device); one route per destination and table (the kernel's key,
+    /// ignoring TOS and metric, which we never set).
+    pub(super) fn add_route<F: IpFamily>(&mut self, route: &RouteOf<F>, replace: bool) -> Outcome {
         if let Some(oif) = route.oif {
             self.link_mut(oif)?;
         }
+        let routes = self.routes_mut::<F>();
         if let Some(gw) = route.gateway {
-            let reachable = self.routes.iter().any(|r| {
-                r.table == route.table
-                    && r.gateway.is_none()
-                    && r.dst.contains(gw)
-                    && (route.oif.is_none() || r.oif == route.oif)
-            });
+            let link_local = matches!(gw.into(), IpAddr::V6(v6) if v6.is_unicast_link_local());
+            let reachable = (link_local && route.oif.is_some())
+                || routes.iter().any(|r| {
+                    r.table == route.table
+                        && r.gateway.is_none()
+                        && r.dst.contains(gw)
+                        && (route.oif.is_none() || r.oif == route.oif)
+                });
             if !reachable {
                 return Err(ENETUNREACH);
             }
         }
-        let same_key = |r: &Route| r.dst == route.dst && r.table == route.table;
-        match self.routes.iter().position(same_key) {
+        let same_key = |r: &RouteOf<F>| r.dst == route.dst && r.table == route.table;
+        match routes.iter().position(same_key) {
             Some(_) if !replace => Err(EEXIST),
             Some(at) => {
-                self.routes[at] = *route;
+                routes[at] = *route;
                 Ok(())
             }
             None => {
-                self.routes.push(*route);
+                routes.push(*route);
                 Ok(())
             }
         }
     }
 
     /// Fields the request leaves unset match anything, as for the kernel.
-    pub(super) fn delete_route(&mut self, route: &Route) -> Outcome {
-        let at = self
-            .routes
+    pub(super) fn delete_route<F: IpFamily>(&mut self, route: &RouteOf<F>) -> Outcome {
+        let routes = self.routes_mut::<F>();
+        let at = routes
             .iter()
             .position(|r| {
                 r.dst == route.dst
@@ -265,34 +337,40 @@ impl NsState {
                     && route.gateway.is_none_or(|gw| r.gateway == Some(gw))
             })
             .ok_or(ESRCH)?;
-        self.routes.remove(at);
+        routes.remove(at);
         Ok(())
     }
 
-    pub(super) fn add_rule(&mut self, rule: &Rule) -> Outcome {
-        if self.rules.contains(rule) {
+    pub(super) fn add_rule<F: IpFamily>(&mut self, rule: &RuleOf<F>) -> Outcome {
+        let rules = self.rules_mut::<F>();
+        if rules.contains(rule) {
             return Err(EEXIST);
         }
-        let at = self
-            .rules
+        let at = rules
             .iter()
             .position(|r| r.priority > rule.priority)
-            .unwrap_or(self.rules.len());
-        self.rules.insert(at, rule.clone());
+            .unwrap_or(rules.len());
+        rules.insert(at, rule.clone());
         Ok(())
     }
 
-    pub(super) fn delete_rule(&mut self, rule: &Rule) -> Outcome {
-        let at = self.rules.iter().position(|r| r == rule).ok_or(ENOENT)?;
-        self.rules.remove(at);
+    pub(super) fn delete_rule<F: IpFamily>(&mut self, rule: &RuleOf<F>) -> Outcome {
+        let rules = self.rules_mut::<F>();
+        let at = rules.iter().position(|r| r == rule).ok_or(ENOENT)?;
+        rules.remove(at);
         Ok(())
     }
 
-    pub(super) fn replace_neighbour(&mut self, index: u32, ip: Ipv4Addr, mac: [u8; 6]) -> Outcome {
+    pub(super) fn replace_neighbour<A: FamilyAddr>(
+        &mut self,
+        index: u32,
+        ip: A,
+        mac: [u8; 6],
+    ) -> Outcome {
         self.link_mut(index)?;
-        self.neighbours
-            .retain(|n| !(n.index == index && n.ip == ip));
-        self.neighbours.push(Neighbour {
+        let neighbours = self.neighbours_mut::<A>();
+        neighbours.retain(|n| !(n.index == index && n.ip == ip));
+        neighbours.push(NeighbourOf {
             index,
             ip,
             mac: Some(mac),

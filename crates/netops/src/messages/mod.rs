@@ -5,6 +5,7 @@
 //! error messages.
 
 pub mod addr;
+pub mod family;
 pub mod link;
 pub mod neigh;
 pub mod route;

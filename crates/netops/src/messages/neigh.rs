@@ -1,35 +1,42 @@
-//! IPv4 neighbour (ARP) entries: add, replace, delete, dump.
+//! Neighbour (ARP / NDP) entries of either family: add, replace, delete, dump.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
-use netlink_packet_route::neighbour::{
-    NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
-};
-use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use ipnetwork::Ipv4Network;
+use netlink_packet_route::RouteNetlinkMessage;
+use netlink_packet_route::neighbour::{NeighbourAttribute, NeighbourMessage, NeighbourState};
 
+use super::family::{FamilyAddr, IpFamily};
 use super::{FLAGS_ACK, FLAGS_CREATE_EXCL, FLAGS_CREATE_REPLACE, FLAGS_DUMP, Request};
 use crate::names::format_mac;
 
-/// An IPv4 neighbour entry.
+/// A neighbour entry whose address is an `A` (an IPv4 or IPv6 address).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Neighbour {
+pub struct NeighbourOf<A: FamilyAddr> {
     /// Interface index.
     pub index: u32,
-    /// The neighbour's IPv4 address.
-    pub ip: Ipv4Addr,
+    /// The neighbour's address.
+    pub ip: A,
     /// Its link-layer address, when resolved.
     pub mac: Option<[u8; 6]>,
     /// `NUD_PERMANENT`: never expires, never probed.
     pub permanent: bool,
 }
 
-fn neighbour_message(index: u32, ip: Ipv4Addr, mac: Option<[u8; 6]>) -> NeighbourMessage {
+/// An IPv4 neighbour (ARP) entry.
+pub type Neighbour = NeighbourOf<Ipv4Addr>;
+/// An IPv6 neighbour (NDP) entry.
+pub type Neighbour6 = NeighbourOf<Ipv6Addr>;
+
+fn neighbour_message<A: FamilyAddr>(index: u32, ip: A, mac: Option<[u8; 6]>) -> NeighbourMessage {
     let mut msg = NeighbourMessage::default();
-    msg.header.family = AddressFamily::Inet;
+    msg.header.family = A::Net::FAMILY;
     msg.header.ifindex = index;
     msg.header.state = NeighbourState::Permanent;
     msg.attributes
-        .push(NeighbourAttribute::Destination(NeighbourAddress::Inet(ip)));
+        .push(NeighbourAttribute::Destination(A::Net::neighbour_address(
+            ip,
+        )));
     if let Some(mac) = mac {
         msg.attributes
             .push(NeighbourAttribute::LinkLayerAddress(mac.to_vec()));
@@ -38,7 +45,7 @@ fn neighbour_message(index: u32, ip: Ipv4Addr, mac: Option<[u8; 6]>) -> Neighbou
 }
 
 /// `ip neigh add <ip> lladdr <mac> dev <index> nud permanent`.
-pub fn add_neighbour(index: u32, ip: Ipv4Addr, mac: [u8; 6]) -> Request {
+pub fn add_neighbour<A: FamilyAddr>(index: u32, ip: A, mac: [u8; 6]) -> Request {
     Request::new(
         RouteNetlinkMessage::NewNeighbour(neighbour_message(index, ip, Some(mac))),
         FLAGS_CREATE_EXCL,
@@ -50,7 +57,7 @@ pub fn add_neighbour(index: u32, ip: Ipv4Addr, mac: [u8; 6]) -> Request {
 }
 
 /// `ip neigh replace <ip> lladdr <mac> dev <index> nud permanent`.
-pub fn replace_neighbour(index: u32, ip: Ipv4Addr, mac: [u8; 6]) -> Request {
+pub fn replace_neighbour<A: FamilyAddr>(index: u32, ip: A, mac: [u8; 6]) -> Request {
     Request::new(
         RouteNetlinkMessage::NewNeighbour(neighbour_message(index, ip, Some(mac))),
         FLAGS_CREATE_REPLACE,
@@ -62,7 +69,7 @@ pub fn replace_neighbour(index: u32, ip: Ipv4Addr, mac: [u8; 6]) -> Request {
 }
 
 /// `ip neigh del <ip> dev <index>`.
-pub fn delete_neighbour(index: u32, ip: Ipv4Addr) -> Request {
+pub fn delete_neighbour<A: FamilyAddr>(index: u32, ip: A) -> Request {
     Request::new(
         RouteNetlinkMessage::DelNeighbour(neighbour_message(index, ip, None)),
         FLAGS_ACK,
@@ -72,32 +79,42 @@ pub fn delete_neighbour(index: u32, ip: Ipv4Addr) -> Request {
 
 /// `ip -4 neigh show`.
 pub fn dump_neighbours() -> Request {
+    dump_neighbours_of::<Ipv4Network>()
+}
+
+/// `ip -4 neigh show` or `ip -6 neigh show`.
+pub fn dump_neighbours_of<F: IpFamily>() -> Request {
     let mut msg = NeighbourMessage::default();
-    msg.header.family = AddressFamily::Inet;
+    msg.header.family = F::FAMILY;
     Request::new(
         RouteNetlinkMessage::GetNeighbour(msg),
         FLAGS_DUMP,
-        "dump IPv4 neighbours".into(),
+        format!("dump {} neighbours", F::NAME),
     )
 }
 
 /// Our view of a kernel neighbour message; `None` for anything but IPv4.
 pub fn parse_neighbour(msg: &NeighbourMessage) -> Option<Neighbour> {
-    if msg.header.family != AddressFamily::Inet {
+    parse_neighbour_of(msg)
+}
+
+/// Our view of a kernel neighbour message; `None` for another family.
+pub fn parse_neighbour_of<A: FamilyAddr>(msg: &NeighbourMessage) -> Option<NeighbourOf<A>> {
+    if msg.header.family != A::Net::FAMILY {
         return None;
     }
     let mut ip = None;
     let mut mac = None;
     for attr in &msg.attributes {
         match attr {
-            NeighbourAttribute::Destination(NeighbourAddress::Inet(a)) => ip = Some(*a),
+            NeighbourAttribute::Destination(a) => ip = A::Net::from_neighbour_address(a),
             NeighbourAttribute::LinkLayerAddress(bytes) => {
                 mac = <[u8; 6]>::try_from(&bytes[..]).ok();
             }
             _ => {}
         }
     }
-    Some(Neighbour {
+    Some(NeighbourOf {
         index: msg.header.ifindex,
         ip: ip?,
         mac,
@@ -107,10 +124,15 @@ pub fn parse_neighbour(msg: &NeighbourMessage) -> Option<Neighbour> {
 
 /// The IPv4 neighbours in a dump answer.
 pub fn parse_neighbours(messages: &[RouteNetlinkMessage]) -> Vec<Neighbour> {
+    parse_neighbours_of(messages)
+}
+
+/// The neighbours of `A`'s family in a dump answer.
+pub fn parse_neighbours_of<A: FamilyAddr>(messages: &[RouteNetlinkMessage]) -> Vec<NeighbourOf<A>> {
     messages
         .iter()
         .filter_map(|m| match m {
-            RouteNetlinkMessage::NewNeighbour(n) => parse_neighbour(n),
+            RouteNetlinkMessage::NewNeighbour(n) => parse_neighbour_of(n),
             _ => None,
         })
         .collect()
@@ -119,6 +141,8 @@ pub fn parse_neighbours(messages: &[RouteNetlinkMessage]) -> Vec<Neighbour> {
 #[cfg(test)]
 mod tests {
     use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
+    use netlink_packet_route::AddressFamily;
+    use netlink_packet_route::neighbour::NeighbourAddress;
 
     use super::*;
 
@@ -170,6 +194,42 @@ mod tests {
         assert_eq!(
             m.attributes,
             vec![NeighbourAttribute::Destination(NeighbourAddress::Inet(GW))]
+        );
+    }
+
+    #[test]
+    fn permanent_ipv6_gateway_neighbour() {
+        let gw: Ipv6Addr = "fe80::1".parse().unwrap();
+        let req = replace_neighbour(2, gw, MAC);
+        let Some(RouteNetlinkMessage::NewNeighbour(m)) = req.inner() else {
+            panic!()
+        };
+        assert_eq!(m.header.family, AddressFamily::Inet6);
+        assert_eq!(m.header.state, NeighbourState::Permanent);
+        assert_eq!(
+            m.attributes,
+            vec![
+                NeighbourAttribute::Destination(NeighbourAddress::Inet6(gw)),
+                NeighbourAttribute::LinkLayerAddress(MAC.to_vec()),
+            ]
+        );
+        assert_eq!(
+            req.op,
+            "replace neighbour fe80::1 lladdr 02:aa:bb:cc:dd:ee dev #2 permanent"
+        );
+        assert_eq!(
+            parse_neighbour_of(m),
+            Some(Neighbour6 {
+                index: 2,
+                ip: gw,
+                mac: Some(MAC),
+                permanent: true
+            })
+        );
+        assert_eq!(parse_neighbour(m), None, "not an IPv4 neighbour");
+        assert_eq!(
+            dump_neighbours_of::<ipnetwork::Ipv6Network>().op,
+            "dump IPv6 neighbours"
         );
     }
 }

@@ -1,23 +1,23 @@
-//! IPv4 policy routing rules: add, delete, dump.
+//! Policy routing rules of either family: add, delete, dump.
 
 use std::fmt;
-use std::net::IpAddr;
 
-use ipnetwork::Ipv4Network;
+use ipnetwork::{Ipv4Network, Ipv6Network};
+use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleFlags, RuleMessage};
-use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
+use super::family::IpFamily;
 use super::{FLAGS_ACK, FLAGS_CREATE_EXCL, FLAGS_DUMP, Request, table_header, table_name};
 
-/// An IPv4 rule that looks up a table (`ip rule`).
+/// A rule of family `F` (`ip rule` / `ip -6 rule`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rule {
+pub struct RuleOf<F: IpFamily> {
     /// Priority (`pref`); the kernel reports 0 for the `local` rule.
     pub priority: u32,
     /// `from` prefix; `None` is `from all`.
-    pub src: Option<Ipv4Network>,
+    pub src: Option<F>,
     /// `to` prefix; `None` is any destination.
-    pub dst: Option<Ipv4Network>,
+    pub dst: Option<F>,
     /// `fwmark` value and mask.
     pub fwmark: Option<(u32, u32)>,
     /// `iif` interface name.
@@ -30,9 +30,14 @@ pub struct Rule {
     pub invert: bool,
 }
 
-impl Rule {
+/// An IPv4 rule that looks up a table.
+pub type Rule = RuleOf<Ipv4Network>;
+/// An IPv6 rule that looks up a table.
+pub type Rule6 = RuleOf<Ipv6Network>;
+
+impl<F: IpFamily> RuleOf<F> {
     /// `<prio>: from <src> lookup <table>`.
-    pub fn from_src(priority: u32, src: Ipv4Network, table: u32) -> Self {
+    pub fn from_src(priority: u32, src: F, table: u32) -> Self {
         Self {
             src: Some(src),
             ..Self::lookup(priority, table)
@@ -40,7 +45,7 @@ impl Rule {
     }
 
     /// `<prio>: from all to <dst> lookup <table>`.
-    pub fn to_dst(priority: u32, dst: Ipv4Network, table: u32) -> Self {
+    pub fn to_dst(priority: u32, dst: F, table: u32) -> Self {
         Self {
             dst: Some(dst),
             ..Self::lookup(priority, table)
@@ -62,7 +67,7 @@ impl Rule {
     }
 }
 
-impl fmt::Display for Rule {
+impl<F: IpFamily> fmt::Display for RuleOf<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "prio {}", self.priority)?;
         if self.invert {
@@ -88,9 +93,9 @@ impl fmt::Display for Rule {
     }
 }
 
-fn rule_message(rule: &Rule) -> RuleMessage {
+fn rule_message<F: IpFamily>(rule: &RuleOf<F>) -> RuleMessage {
     let mut msg = RuleMessage::default();
-    msg.header.family = AddressFamily::Inet;
+    msg.header.family = F::FAMILY;
     msg.header.table = table_header(rule.table);
     msg.header.action = if rule.lookup {
         RuleAction::ToTable
@@ -104,12 +109,12 @@ fn rule_message(rule: &Rule) -> RuleMessage {
     if let Some(src) = rule.src {
         msg.header.src_len = src.prefix();
         msg.attributes
-            .push(RuleAttribute::Source(IpAddr::V4(src.network())));
+            .push(RuleAttribute::Source(src.network().into()));
     }
     if let Some(dst) = rule.dst {
         msg.header.dst_len = dst.prefix();
         msg.attributes
-            .push(RuleAttribute::Destination(IpAddr::V4(dst.network())));
+            .push(RuleAttribute::Destination(dst.network().into()));
     }
     if let Some((mark, mask)) = rule.fwmark {
         msg.attributes.push(RuleAttribute::FwMark(mark));
@@ -125,7 +130,7 @@ fn rule_message(rule: &Rule) -> RuleMessage {
 }
 
 /// `ip rule add ...`: fails with `EEXIST` when an identical rule exists.
-pub fn add_rule(rule: &Rule) -> Request {
+pub fn add_rule<F: IpFamily>(rule: &RuleOf<F>) -> Request {
     Request::new(
         RouteNetlinkMessage::NewRule(rule_message(rule)),
         FLAGS_CREATE_EXCL,
@@ -135,7 +140,7 @@ pub fn add_rule(rule: &Rule) -> Request {
 
 /// `ip rule del ...`: deletes the first rule matching every field given; table 0 matches
 /// any table.
-pub fn delete_rule(rule: &Rule) -> Request {
+pub fn delete_rule<F: IpFamily>(rule: &RuleOf<F>) -> Request {
     Request::new(
         RouteNetlinkMessage::DelRule(rule_message(rule)),
         FLAGS_ACK,
@@ -145,21 +150,31 @@ pub fn delete_rule(rule: &Rule) -> Request {
 
 /// `ip -4 rule show`.
 pub fn dump_rules() -> Request {
+    dump_rules_of::<Ipv4Network>()
+}
+
+/// `ip -4 rule show` or `ip -6 rule show`.
+pub fn dump_rules_of<F: IpFamily>() -> Request {
     let mut msg = RuleMessage::default();
-    msg.header.family = AddressFamily::Inet;
+    msg.header.family = F::FAMILY;
     Request::new(
         RouteNetlinkMessage::GetRule(msg),
         FLAGS_DUMP,
-        "dump IPv4 rules".into(),
+        format!("dump {} rules", F::NAME),
     )
 }
 
 /// Our view of a kernel rule message; `None` for anything but IPv4.
 pub fn parse_rule(msg: &RuleMessage) -> Option<Rule> {
-    if msg.header.family != AddressFamily::Inet {
+    parse_rule_of(msg)
+}
+
+/// Our view of a kernel rule message; `None` for another family.
+pub fn parse_rule_of<F: IpFamily>(msg: &RuleMessage) -> Option<RuleOf<F>> {
+    if msg.header.family != F::FAMILY {
         return None;
     }
-    let mut rule = Rule {
+    let mut rule = RuleOf {
         priority: 0,
         src: None,
         dst: None,
@@ -174,11 +189,11 @@ pub fn parse_rule(msg: &RuleMessage) -> Option<Rule> {
     for attr in &msg.attributes {
         match attr {
             RuleAttribute::Priority(p) => rule.priority = *p,
-            RuleAttribute::Source(IpAddr::V4(ip)) => {
-                rule.src = Ipv4Network::new(*ip, msg.header.src_len).ok();
+            RuleAttribute::Source(ip) => {
+                rule.src = F::from_ip(*ip).and_then(|ip| F::new(ip, msg.header.src_len));
             }
-            RuleAttribute::Destination(IpAddr::V4(ip)) => {
-                rule.dst = Ipv4Network::new(*ip, msg.header.dst_len).ok();
+            RuleAttribute::Destination(ip) => {
+                rule.dst = F::from_ip(*ip).and_then(|ip| F::new(ip, msg.header.dst_len));
             }
             RuleAttribute::FwMark(m) => mark = Some(*m),
             RuleAttribute::FwMask(m) => mask = Some(*m),
@@ -193,10 +208,15 @@ pub fn parse_rule(msg: &RuleMessage) -> Option<Rule> {
 
 /// The IPv4 rules in a dump answer.
 pub fn parse_rules(messages: &[RouteNetlinkMessage]) -> Vec<Rule> {
+    parse_rules_of(messages)
+}
+
+/// The rules of family `F` in a dump answer.
+pub fn parse_rules_of<F: IpFamily>(messages: &[RouteNetlinkMessage]) -> Vec<RuleOf<F>> {
     messages
         .iter()
         .filter_map(|m| match m {
-            RouteNetlinkMessage::NewRule(r) => parse_rule(r),
+            RouteNetlinkMessage::NewRule(r) => parse_rule_of(r),
             _ => None,
         })
         .collect()
@@ -204,9 +224,10 @@ pub fn parse_rules(messages: &[RouteNetlinkMessage]) -> Vec<Rule> {
 
 #[cfg(test)]
 mod tests {
-    use std::net::Ipv4Addr;
+    use std::net::{IpAddr, Ipv4Addr};
 
     use netlink_packet_core::{NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
+    use netlink_packet_route::AddressFamily;
 
     use super::*;
     use crate::messages::RT_TABLE_MAIN;
@@ -297,5 +318,30 @@ mod tests {
             "prio 1024 from all fwmark 0x80/0x80 lookup main"
         );
         assert_eq!(dump_rules().flags() & NLM_F_DUMP, NLM_F_DUMP);
+    }
+
+    #[test]
+    fn ipv6_to_pod_rule_prio_512() {
+        let dst: Ipv6Network = "2001:db8::5/128".parse().unwrap();
+        let rule = Rule6::to_dst(512, dst, RT_TABLE_MAIN);
+        let req = add_rule(&rule);
+        let m = msg(&req);
+        assert_eq!(m.header.family, AddressFamily::Inet6);
+        assert_eq!(m.header.action, RuleAction::ToTable);
+        assert_eq!((m.header.dst_len, m.header.src_len), (128, 0));
+        assert!(m.attributes.contains(&RuleAttribute::Priority(512)));
+        assert!(m.attributes.contains(&RuleAttribute::Table(254)));
+        assert!(
+            m.attributes
+                .contains(&RuleAttribute::Destination(IpAddr::V6(dst.ip())))
+        );
+        assert_eq!(
+            req.op,
+            "add rule prio 512 from all to 2001:db8::5/128 lookup main"
+        );
+        assert_eq!(parse_rule_of(m), Some(rule));
+        assert_eq!(parse_rule(m), None, "not an IPv4 rule");
+        assert_eq!(dump_rules_of::<Ipv6Network>().op, "dump IPv6 rules");
+        assert_eq!(dump_rules().op, "dump IPv4 rules");
     }
 }

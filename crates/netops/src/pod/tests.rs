@@ -21,7 +21,8 @@ pub(crate) fn spec(route_table: u32) -> PodSpec {
     PodSpec {
         host_veth: VETH.into(),
         container_ifname: "eth0".into(),
-        ip: IP,
+        ipv4: Some(IP),
+        ipv6: None,
         mtu: 9001,
         route_table,
     }
@@ -350,7 +351,7 @@ fn validation_names_the_bad_input() {
         ),
         (
             PodSpec {
-                ip: Ipv4Addr::UNSPECIFIED,
+                ipv4: Some(Ipv4Addr::UNSPECIFIED),
                 ..spec(RT_TABLE_MAIN)
             },
             "pod IP",

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use nix::sched::{CloneFlags, setns};
 
 use super::error::{Result, SnatError};
+use crate::netns::is_current_netns;
 
 /// `rp_filter` value for loose mode: a source is valid if any route leads back to it.
 pub const RP_FILTER_LOOSE: &str = "2";
@@ -82,17 +83,6 @@ fn make_loose(files: &impl SysctlFiles, path: &str) -> Result<Option<String>> {
     }
     files.write(path, RP_FILTER_LOOSE).map_err(sysctl_err)?;
     Ok(Some(old.to_string()))
-}
-
-/// True when `netns` is the namespace this thread is in (same inode on nsfs).
-fn is_current_netns(netns: BorrowedFd<'_>) -> bool {
-    match (
-        nix::sys::stat::fstat(netns),
-        nix::sys::stat::stat("/proc/thread-self/ns/net"),
-    ) {
-        (Ok(a), Ok(b)) => (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino),
-        _ => false,
-    }
 }
 
 #[cfg(test)]
