@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ipam_proto::{AddRequest, Client, ClientError, ErrorKind, MAX_FRAME_BYTES};
+use ipam_proto::{AddRequest, Client, ClientError, ErrorKind, MAX_FRAME_BYTES, PROTOCOL_VERSION};
 use ipamd::server;
 use support::*;
 use tokio::sync::oneshot;
@@ -110,7 +110,10 @@ async fn garbage_gets_a_clear_error_and_changes_nothing() {
     let replies = tokio::task::spawn_blocking(move || {
         vec![
             raw(&socket, b"\x00\x01garbage\n"),
-            raw(&socket, b"{\"v\":1,\"req\":{\"op\":\"add\"}}\n"),
+            raw(
+                &socket,
+                format!("{{\"v\":{PROTOCOL_VERSION},\"req\":{{\"op\":\"add\"}}}}\n").as_bytes(),
+            ),
             raw(&socket, b"{\"v\":99,\"req\":{\"op\":\"add\"}}\n"),
             raw(&socket, &[b'x'; MAX_FRAME_BYTES + 100]),
         ]
