@@ -4,9 +4,14 @@
 #   vpc-box.sh up --name NAME [--nodes N] [--instance-type TYPE] [--ipamd-env KEY=VALUE]...
 #                 [--subnet CIDR[,az=AZ][,tag=KEY=VALUE]...[,nodes=N]]... [--vpc-secondary-cidr CIDR]...
 #                 [--security-group NAME]... [--imds-lag-ms MS] [--extra-instance-type NAME:ENIS:IPV4]...
-#                 [--outside-ip IP] [--attach-latency-ms MS] [--kube [--ipamd daemonset [--image FILE]]]
+#                 [--outside-ip IP] [--attach-latency-ms MS] [--ip-family ipv4|ipv6|dual]
+#                 [--kube [--ipamd daemonset [--image FILE]]]
 #       Starts everything, returns once every ipamd is ready (serving, under custom networking),
 #       prints one JSON object on stdout.
+#       --ip-family (default ipv4) gives the VPC an IPv6 /56 and each subnet a /64 (ipv6,
+#       dual), and ipamd its mode: ipv6 is aws-node's IPv6 mode (ENABLE_IPv6=true,
+#       ENABLE_IPv4=false: pods get an address of a /80 on the primary ENI), dual gives pods
+#       both an IPv4 and an IPv6 address. --ipamd-env settings come after and win.
 #       --kube adds Kubernetes (scripts/kube-box.sh): a control plane in NAME-cp and containerd +
 #       kubelet on every node calling vpc-cni; returns once every node is Ready. The first
 #       time it builds the kube cache (scripts/kube-build.sh, minutes).
@@ -183,6 +188,13 @@ up() {
   local dir=$RUN_ROOT/$name sim_args=() envs=() i kube=0 k8s image="" tag=""
   while [ $# -gt 0 ]; do
     case $1 in
+      --ip-family)
+        sim_args+=(--ip-family "$2")
+        case $2 in
+          ipv6) envs=(ENABLE_IPv6=true ENABLE_IPv4=false "${envs[@]}");;
+          dual) envs=(ENABLE_IPv6=true ENABLE_IPv4=true "${envs[@]}");;
+        esac
+        shift 2;;
       --ipamd-env) envs+=("$2"); shift 2;;
       --sim) sim_args+=("$2" "$3"); shift 3;;
       --kube) kube=1; shift;;
@@ -258,11 +270,12 @@ up() {
   jq --arg dir "$dir" --argjson pids "$pids" --argjson kube "$kube_info" --argjson k8s "$k8s_nodes" \
     --argjson ds "$ds" '{
       name, ec2_endpoint, vpc_netns, outside, run_dir: $dir,
-      vpc: {id: .vpc.id, cidrs: .vpc.cidrs},
-      subnets: [.subnets[] | {id, cidr, az, tags}],
+      ip_family: (.ip_family // "ipv4"),
+      vpc: {id: .vpc.id, cidrs: .vpc.cidrs, ipv6_cidr: .vpc.ipv6_cidr},
+      subnets: [.subnets[] | {id, cidr, ipv6_cidr, az, tags}],
       security_groups,
       nodes: [.nodes[] | "\($dir)/node\(.index)" as $n | "\($n)/kube/paths" as $p | {
-        netns, instance_id, instance_type, primary_ip, primary_eni, subnet_id, az
+        netns, instance_id, instance_type, primary_ip, primary_ipv6, primary_eni, subnet_id, az
       } + if $ds then {
         ipamd_socket: "\($p)/run/vpc-cni/ipamd.sock",
         state_dir: "\($p)/run/vpc-cni/state",
@@ -301,6 +314,12 @@ while [ $# -gt 0 ]; do
       rest+=(--ipamd-env "$2"); shift 2;;
     --subnet|--vpc-secondary-cidr|--security-group|--imds-lag-ms|--extra-instance-type|--outside-ip|--attach-latency-ms)
       rest+=(--sim "$1" "$2"); shift 2;;
+    --ip-family)
+      case ${2:-} in
+        ipv4|ipv6|dual) rest+=(--ip-family "$2");;
+        *) die "--ip-family takes ipv4, ipv6 or dual, got '${2:-}'";;
+      esac
+      shift 2;;
     --node) node=$2; shift 2;;
     --kill) kill_sig=KILL; shift;;
     --kube) kube=1; rest+=(--kube); shift;;

@@ -69,6 +69,9 @@ pub struct Node {
     pub instance_type: String,
     /// Primary address.
     pub primary_ip: Ipv4Addr,
+    /// Primary IPv6 address (`--ip-family ipv6|dual`).
+    #[serde(default)]
+    pub primary_ipv6: Option<std::net::Ipv6Addr>,
     /// Primary ENI id.
     pub primary_eni: String,
     /// ipamd's socket.
@@ -150,6 +153,9 @@ pub struct Outside {
     pub netns: String,
     /// Its address, outside the VPC CIDR.
     pub ip: Ipv4Addr,
+    /// Its IPv6 address, outside the VPC's /56 (`--ip-family ipv6|dual`).
+    #[serde(default)]
+    pub ipv6: Option<std::net::Ipv6Addr>,
 }
 
 #[derive(Debug, Deserialize)]

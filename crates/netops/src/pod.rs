@@ -80,7 +80,8 @@ pub(crate) fn link_scope_text<F: IpFamily>() -> &'static str {
 /// neighbour `169.254.1.1 -> <host veth MAC>`. For IPv6, as the Go CNI: `accept_ra=0` on the
 /// host veth and `disable_ipv6=0` on the pod's interface and `lo` (skipped where the kernel
 /// has no IPv6 settings), then the same shape with `<ip6>/128` (no DAD), `fe80::1` and the
-/// main table. A dual-stack pod gets both on the one veth.
+/// main table, and (ours) a permanent host neighbour `<ip6> -> <pod MAC>`. A dual-stack pod
+/// gets both on the one veth.
 ///
 /// A stale host veth of the same name is deleted first. An existing `container_ifname` in
 /// the pod is an error ([`Error::ContainerIfaceExists`]). When any step fails, everything
@@ -299,6 +300,17 @@ fn wire<N: NetlinkOps + ?Sized>(
     if let Some(ip) = spec.ipv6 {
         enable_ipv6(host, pod, &ends)?;
         wire_family::<N, Ipv6Network>(host, pod, &ends, ip, POD_GATEWAY6, RT_TABLE_MAIN, undo)?;
+        // The host veth's link-local address is tentative (DAD) for a second or more after the
+        // veth comes up, and until then the host cannot solicit the pod's address: the first
+        // packets to a new pod would be dropped. A permanent entry needs no solicitation, like
+        // the pod's own entry for fe80::1; it goes with the veth.
+        host.replace_neighbour(ends.host_index, ip, container_mac)
+            .map_err(|e| {
+                e.with_op(format!(
+                    "add permanent neighbour {ip} lladdr {} dev {host_veth}",
+                    crate::names::format_mac(&container_mac)
+                ))
+            })?;
     }
 
     Ok(PodWiring {

@@ -34,7 +34,7 @@ fn add6(host: &FakeNs, pod: &FakeNs, spec: &PodSpec) -> Result<PodWiring> {
 }
 
 /// The IPv6 part of an ADD on a fresh [`FakeNet::node_and_pod`].
-const V6_CALLS: [&str; 9] = [
+const V6_CALLS: [&str; 10] = [
     "host: set net.ipv6.conf.enic440f455693.accept_ra=0",
     "pod: set net.ipv6.conf.eth0.disable_ipv6=0",
     "pod: set net.ipv6.conf.lo.disable_ipv6=0",
@@ -44,6 +44,7 @@ const V6_CALLS: [&str; 9] = [
     "pod: replace route fe80::1/128 dev #2",
     "pod: add route default via fe80::1 dev #2",
     "pod: replace neighbour fe80::1 lladdr 02:aa:bb:cc:dd:ee dev #2 permanent",
+    "host: replace neighbour 2001:db8::5 lladdr 02:00:00:00:01:02 dev #3 permanent",
 ];
 
 const VETH_CALLS: [&str; 6] = [
