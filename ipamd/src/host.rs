@@ -2,8 +2,11 @@
 //! teardown; production does it over netlink and iptables (netops) on blocking threads, daemon
 //! tests record the calls.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
+
+use ipnetwork::{Ipv4Network, Ipv6Network};
 
 use netops::EniSpec;
 use netops::snat::NodeNetConfig;
@@ -84,21 +87,21 @@ pub trait HostNetwork: Send + Sync + 'static {
         keep_table: bool,
     ) -> impl Future<Output = Result<Vec<String>, HostError>> + Send;
 
-    /// Which of `ips` no pod on the node uses any more: no `<ip>/32` route in main leads to a
+    /// Which of `ips` no pod on the node uses any more: no `<ip>/32` or `<ip6>/128` route in main leads to a
     /// link. A live pod always has that route through its veth, and the kernel removes it with
     /// the pod's namespace, so this finds the pods whose DEL ipamd missed while it was down.
     fn unrouted(
         &self,
-        ips: Vec<Ipv4Addr>,
-    ) -> impl Future<Output = Result<Vec<Ipv4Addr>, HostError>> + Send;
+        ips: Vec<IpAddr>,
+    ) -> impl Future<Output = Result<Vec<IpAddr>, HostError>> + Send;
 
-    /// Every pod the node routes to: each `<ip>/32` route in main through a link whose name
-    /// starts with `veth_prefix`, with that link's name. Stored state can lose records
+    /// Every pod the node routes to: each `<ip>/32` or `<ip6>/128` route in main through a
+    /// link whose name starts with `veth_prefix`, with that link's name. Stored state can lose records
     /// without a sign; these routes are what the plugin left for each pod it wired.
     fn pod_routes(
         &self,
         veth_prefix: &str,
-    ) -> impl Future<Output = Result<Vec<(Ipv4Addr, String)>, HostError>> + Send;
+    ) -> impl Future<Output = Result<Vec<(IpAddr, String)>, HostError>> + Send;
 }
 
 /// The real node network, over netlink and iptables, each call on a blocking thread with a
@@ -146,42 +149,53 @@ impl HostNetwork for NetlinkHost {
         .await
     }
 
-    async fn unrouted(&self, ips: Vec<Ipv4Addr>) -> Result<Vec<Ipv4Addr>, HostError> {
+    async fn unrouted(&self, ips: Vec<IpAddr>) -> Result<Vec<IpAddr>, HostError> {
         blocking(move || {
-            let nl = netops::Netlink::current()?;
-            let routed: std::collections::BTreeSet<Ipv4Addr> = nl
-                .routes(netops::RT_TABLE_MAIN)?
+            let routed: BTreeSet<IpAddr> = host_routes(&netops::Netlink::current()?)?
                 .into_iter()
-                .filter(|r| r.dst.prefix() == 32 && r.oif.is_some())
-                .map(|r| r.dst.ip())
+                .map(|(ip, _)| ip)
                 .collect();
             Ok(ips.into_iter().filter(|ip| !routed.contains(ip)).collect())
         })
         .await
     }
 
-    async fn pod_routes(&self, veth_prefix: &str) -> Result<Vec<(Ipv4Addr, String)>, HostError> {
+    async fn pod_routes(&self, veth_prefix: &str) -> Result<Vec<(IpAddr, String)>, HostError> {
         let prefix = veth_prefix.to_string();
         blocking(move || {
             let nl = netops::Netlink::current()?;
-            let veths: std::collections::BTreeMap<u32, String> = nl
+            let veths: BTreeMap<u32, String> = nl
                 .links()?
                 .into_iter()
                 .filter(|l| l.name.starts_with(&prefix))
                 .map(|l| (l.index, l.name))
                 .collect();
-            Ok(nl
-                .routes(netops::RT_TABLE_MAIN)?
+            Ok(host_routes(&nl)?
                 .into_iter()
-                .filter(|r| r.dst.prefix() == 32)
-                .filter_map(|r| Some((r.dst.ip(), veths.get(&r.oif?)?.clone())))
+                .filter_map(|(ip, oif)| Some((ip, veths.get(&oif)?.clone())))
                 .collect())
         })
         .await
     }
 }
 
-/// A shared host network is a host network (tests keep a handle on the recorder).
+/// Every single-address route in main through a link (what the plugin adds for each pod, in
+/// both families), with the link's index.
+fn host_routes(nl: &netops::Netlink) -> Result<Vec<(IpAddr, u32)>, HostError> {
+    let v4 = nl
+        .routes_of::<Ipv4Network>(netops::RT_TABLE_MAIN)?
+        .into_iter()
+        .filter(|r| r.dst.prefix() == 32)
+        .filter_map(|r| Some((IpAddr::V4(r.dst.ip()), r.oif?)));
+    let v6: Vec<_> = nl
+        .routes_of::<Ipv6Network>(netops::RT_TABLE_MAIN)?
+        .into_iter()
+        .filter(|r| r.dst.prefix() == 128)
+        .filter_map(|r| Some((IpAddr::V6(r.dst.ip()), r.oif?)))
+        .collect();
+    Ok(v4.chain(v6).collect())
+}
+
 impl<T: HostNetwork> HostNetwork for std::sync::Arc<T> {
     fn setup_node(
         &self,
@@ -208,15 +222,15 @@ impl<T: HostNetwork> HostNetwork for std::sync::Arc<T> {
 
     fn unrouted(
         &self,
-        ips: Vec<Ipv4Addr>,
-    ) -> impl Future<Output = Result<Vec<Ipv4Addr>, HostError>> + Send {
+        ips: Vec<IpAddr>,
+    ) -> impl Future<Output = Result<Vec<IpAddr>, HostError>> + Send {
         (**self).unrouted(ips)
     }
 
     fn pod_routes(
         &self,
         veth_prefix: &str,
-    ) -> impl Future<Output = Result<Vec<(Ipv4Addr, String)>, HostError>> + Send {
+    ) -> impl Future<Output = Result<Vec<(IpAddr, String)>, HostError>> + Send {
         (**self).pod_routes(veth_prefix)
     }
 }

@@ -63,9 +63,9 @@ async fn a_truncated_store_is_rebuilt_and_live_pods_keep_their_addresses() {
     let [a, b, c] = three_pods_one_deleted(&node).await;
     // Pods 1 and 2 run on; a veth of someone else's prefix is not ours to judge.
     node.host.routes.lock().unwrap().extend([
-        (a, "enia1".to_string()),
-        (b, "enib2".to_string()),
-        (Ipv4Addr::new(10, 0, 0, 99), "cali0".to_string()),
+        (a.into(), "enia1".to_string()),
+        (b.into(), "enib2".to_string()),
+        (Ipv4Addr::new(10, 0, 0, 99).into(), "cali0".to_string()),
     ]);
     let db = node.dir.path().join("state/db");
     std::fs::OpenOptions::new()
@@ -106,8 +106,12 @@ async fn a_truncated_store_is_rebuilt_and_live_pods_keep_their_addresses() {
     );
 
     // Pod 1 goes; its DEL cannot name the recovered key, but its route is gone.
-    node.host.routes.lock().unwrap().retain(|(ip, _)| *ip != a);
-    node.host.gone.lock().unwrap().insert(a);
+    node.host
+        .routes
+        .lock()
+        .unwrap()
+        .retain(|(ip, _)| *ip != std::net::IpAddr::V4(a));
+    node.host.gone.lock().unwrap().insert(a.into());
     d.reconcile().await;
     assert_eq!(recovered(&d), BTreeSet::from([(b, "enib2".to_string())]));
     assert!(d.pool_snapshot().counts(node.clock.now()).cooling >= 1);
@@ -133,11 +137,10 @@ async fn a_truncated_store_is_rebuilt_and_live_pods_keep_their_addresses() {
 async fn unreadable_records_lose_only_their_own_addresses() {
     let node = Node::at(1_000);
     let [a, b, c] = three_pods_one_deleted(&node).await;
-    node.host
-        .routes
-        .lock()
-        .unwrap()
-        .extend([(a, "enia1".to_string()), (b, "enib2".to_string())]);
+    node.host.routes.lock().unwrap().extend([
+        (a.into(), "enia1".to_string()),
+        (b.into(), "enib2".to_string()),
+    ]);
     {
         let db = raw_db(node.dir.path());
         db.insert(addr_key(b), b"{\"ip\":".as_slice()).unwrap();
@@ -183,7 +186,7 @@ async fn an_unopenable_store_is_moved_aside_and_ipamd_starts() {
         .routes
         .lock()
         .unwrap()
-        .push((a, "enia1".to_string()));
+        .push((a.into(), "enia1".to_string()));
     std::fs::write(
         node.dir.path().join("state/conf"),
         b"\xff\xfe not a sled config",

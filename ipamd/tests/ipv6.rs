@@ -10,6 +10,7 @@ use std::time::Duration;
 use cloud::{CloudError, Subnet};
 use ipam_proto::{CheckRequest, ErrorKind, GcRequest, Reply, Request, ValidAttachment};
 use ipnetwork::Ipv6Network;
+use pool::Clock;
 use support::*;
 
 const V6: &[(&str, &str)] = &[("ENABLE_IPv6", "true")];
@@ -249,4 +250,81 @@ async fn dual_stack_gives_neither_address_when_ipv4_runs_out() {
         "the IPv6 address taken for the failed ADD went back"
     );
     assert_eq!(d.pool_snapshot().v6().allocations().len(), 5);
+}
+
+#[tokio::test]
+async fn a_restart_releases_ipv6_addresses_whose_pods_went_while_it_was_down() {
+    let node = v6_node();
+    let (gone, running) = {
+        let d = node.start(DUAL).await;
+        let gone = allocate(&d, 1).await;
+        let running = allocate(&d, 2).await;
+        node.clock
+            .advance(ipamd::daemon::DEAD_POD_GRACE + Duration::from_secs(1));
+        (gone, running)
+    };
+    // Pod 1's DEL came while ipamd was away: the plugin removed both of its routes.
+    node.host.gone.lock().unwrap().extend([
+        std::net::IpAddr::V4(gone.ip.unwrap()),
+        std::net::IpAddr::V6(gone.ipv6.unwrap()),
+    ]);
+    // Pod 2 lost only its IPv4 route: it still routes over IPv6, so it is not gone.
+    node.host
+        .gone
+        .lock()
+        .unwrap()
+        .insert(std::net::IpAddr::V4(running.ip.unwrap()));
+    let d = node.start(DUAL).await;
+    let snapshot = d.pool_snapshot();
+    assert!(snapshot.get(&pool_key(1)).is_none());
+    assert!(snapshot.v6().get(&pool_key(1)).is_none());
+    assert_eq!(
+        snapshot.v6().counts(node.clock.now()).cooling,
+        1,
+        "released into cooldown"
+    );
+    assert_eq!(
+        snapshot.v6().get(&pool_key(2)).map(|a| a.ip),
+        running.ipv6,
+        "a pod with a route left is kept"
+    );
+    assert!(snapshot.get(&pool_key(2)).is_some());
+}
+
+#[tokio::test]
+async fn after_the_store_is_lost_a_routed_ipv6_pod_keeps_its_address() {
+    let node = v6_node();
+    let held = {
+        let d = node.start(V6).await;
+        allocate(&d, 1).await.ipv6.unwrap()
+    };
+    // Everything stored is gone; the node still routes to the pod through its veth.
+    std::fs::remove_dir_all(node.dir.path().join("state")).unwrap();
+    node.host
+        .routes
+        .lock()
+        .unwrap()
+        .push((std::net::IpAddr::V6(held), "enia1b2c3".to_string()));
+    let d = node.start(V6).await;
+    let adopted = d.pool_snapshot().v6().allocations();
+    assert_eq!(adopted.len(), 1, "{adopted:?}");
+    assert_eq!(adopted[0].ip, held);
+    assert_eq!(adopted[0].key.network, ipamd::daemon::RECOVERED_NETWORK);
+    // The next pod does not get the adopted address.
+    assert_ne!(allocate(&d, 2).await.ipv6, Some(held));
+    // Once the route goes, reconciliation releases it.
+    node.host.routes.lock().unwrap().clear();
+    node.host
+        .gone
+        .lock()
+        .unwrap()
+        .insert(std::net::IpAddr::V6(held));
+    d.reconcile().await;
+    assert!(
+        d.pool_snapshot()
+            .v6()
+            .allocations()
+            .iter()
+            .all(|a| a.ip != held)
+    );
 }

@@ -25,7 +25,11 @@ async fn a_restart_reclaims_addresses_whose_pods_went_while_it_was_down() {
     };
     // While ipamd was away the plugin's DEL removed pod 1's route, and pod 3's ADD got its
     // reply but has not added the route yet; pod 2 runs on.
-    node.host.gone.lock().unwrap().extend([gone, just_added]);
+    node.host
+        .gone
+        .lock()
+        .unwrap()
+        .extend([std::net::IpAddr::V4(gone), std::net::IpAddr::V4(just_added)]);
 
     let d = node.start(&[]).await;
     let snapshot = d.pool_snapshot();

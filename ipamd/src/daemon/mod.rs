@@ -21,7 +21,8 @@ pub use placement::{NoPlacement, Placement, SUBNET_CLUSTER_TAG_PREFIX, SUBNET_RO
 pub use recover::{LostState, RECOVERED_NETWORK};
 pub use waits::{STAGE_DEADLINE, Stage};
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -465,39 +466,56 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// while ipamd runs, every DEL reaches it. Assignments younger than [`DEAD_POD_GRACE`]
     /// are kept, and left to the runtime's GC if their pod is in fact gone.
     async fn release_dead_pods(&self) -> Result<(), PersistError> {
-        let held: Vec<_> = lock(&self.pool).allocations();
+        // Each attachment with every address it holds: a dual-stack pod is gone only when
+        // neither of its routes is left.
+        let mut held: BTreeMap<pool::AttachmentKey, (Timestamp, Vec<IpAddr>)> = BTreeMap::new();
+        {
+            let pool = lock(&self.pool);
+            for a in pool.allocations() {
+                let entry = held.entry(a.key).or_insert((a.assigned_at, Vec::new()));
+                entry.1.push(a.ip.into());
+            }
+            for a in pool.v6().allocations() {
+                let entry = held.entry(a.key).or_insert((a.assigned_at, Vec::new()));
+                entry.0 = entry.0.max(a.assigned_at);
+                entry.1.push(a.ip.into());
+            }
+        }
         if held.is_empty() {
             return Ok(());
         }
-        let unrouted = match self
-            .host
-            .unrouted(held.iter().map(|a| a.ip).collect())
-            .await
-        {
-            Ok(unrouted) => unrouted,
+        let all = held
+            .values()
+            .flat_map(|(_, ips)| ips.iter().copied())
+            .collect();
+        let unrouted: BTreeSet<IpAddr> = match self.host.unrouted(all).await {
+            Ok(unrouted) => unrouted.into_iter().collect(),
             Err(e) => {
                 warn!(error = %e, "could not read the node's routes; keeping every assignment");
                 return Ok(());
             }
         };
         let now = self.clock.now();
-        let (dead, young): (Vec<_>, Vec<_>) = held
-            .iter()
-            .filter(|a| unrouted.contains(&a.ip))
-            .partition(|a| a.assigned_at.after(DEAD_POD_GRACE) <= now);
-        for a in young {
-            info!(
-                ip = %a.ip, attachment = %a.key,
-                "kept an address without a route: assigned too recently to be sure its pod is gone"
-            );
+        let mut dead = Vec::new();
+        for (key, (assigned_at, ips)) in held {
+            if !ips.iter().all(|ip| unrouted.contains(ip)) {
+                continue;
+            }
+            if assigned_at.after(DEAD_POD_GRACE) > now {
+                info!(
+                    addresses = ?ips, attachment = %key,
+                    "kept an address without a route: assigned too recently to be sure its pod is gone"
+                );
+                continue;
+            }
+            dead.push(key);
         }
         if dead.is_empty() {
             return Ok(());
         }
-        let keys: Vec<_> = dead.into_iter().map(|a| a.key.clone()).collect();
-        for a in self.release_keys(&keys, now).await? {
+        for (key, ips) in self.release_keys(&dead, now).await? {
             info!(
-                ip = %a.ip, attachment = %a.key,
+                addresses = ?ips, attachment = %key,
                 "released an address whose pod is gone (its DEL came while ipamd was down)"
             );
         }
@@ -505,19 +523,27 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     }
 
     /// Releases each of `keys` into cooldown at `now`, in one durable commit; returns what
-    /// they held (keys that held nothing are skipped).
+    /// each held, IPv4 and IPv6 (keys that held nothing are skipped).
     async fn release_keys(
         &self,
         keys: &[pool::AttachmentKey],
         now: Timestamp,
-    ) -> Result<Vec<pool::Allocated>, PersistError> {
+    ) -> Result<Vec<(pool::AttachmentKey, Vec<IpAddr>)>, PersistError> {
         self.persist(|pool| {
             let mut released = Vec::new();
             let mut muts = Vec::new();
             for key in keys {
+                let mut ips: Vec<IpAddr> = Vec::new();
                 if let Some((r, m)) = pool.release(key, now) {
-                    released.push(r.allocation);
+                    ips.push(r.allocation.ip.into());
                     muts.extend(m);
+                }
+                if let Some((a, m)) = pool.v6_mut().release(key, now) {
+                    ips.push(a.ip.into());
+                    muts.extend(m);
+                }
+                if !ips.is_empty() {
+                    released.push((key.clone(), ips));
                 }
             }
             Ok::<_, PersistError>((released, muts))

@@ -6,7 +6,7 @@
 //! first and removes the route after, so a DEL cannot be the moment to look).
 
 use std::collections::BTreeSet;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use cloud::{Ec2, Imds};
 use pool::{AttachmentKey, PodInfo, StateStore};
@@ -31,7 +31,7 @@ pub struct LostState {
 
 /// The key an adopted address is held under: the pod's veth and the address, all that the
 /// node still says about the pod.
-fn recovered_key(link: &str, ip: Ipv4Addr) -> AttachmentKey {
+fn recovered_key(link: &str, ip: IpAddr) -> AttachmentKey {
     AttachmentKey {
         network: RECOVERED_NETWORK.into(),
         container_id: link.into(),
@@ -54,12 +54,28 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         let now = self.clock.now();
         let (adopted, unknown) = self
             .persist(|pool| {
-                let held: BTreeSet<Ipv4Addr> = pool.allocations().iter().map(|a| a.ip).collect();
+                let held: BTreeSet<IpAddr> = pool
+                    .allocations()
+                    .iter()
+                    .map(|a| IpAddr::V4(a.ip))
+                    .chain(pool.v6().allocations().iter().map(|a| IpAddr::V6(a.ip)))
+                    .collect();
                 let (mut adopted, mut unknown, mut muts) = (Vec::new(), Vec::new(), Vec::new());
                 for (ip, link) in routes.into_iter().filter(|(ip, _)| !held.contains(ip)) {
                     let key = recovered_key(&link, ip);
-                    match pool.adopt(&key, &PodInfo::default(), ip, now) {
-                        Ok((_, m)) => {
+                    let taken = match ip {
+                        IpAddr::V4(v4) => pool
+                            .adopt(&key, &PodInfo::default(), v4, now)
+                            .map(|(_, m)| m)
+                            .map_err(|e| e.to_string()),
+                        IpAddr::V6(v6) => pool
+                            .v6_mut()
+                            .adopt(&key, &PodInfo::default(), v6, now)
+                            .map(|(_, m)| m)
+                            .ok_or_else(|| "not in an IPv6 prefix of this node".to_string()),
+                    };
+                    match taken {
+                        Ok(m) => {
                             muts.extend(m);
                             adopted.push((ip, link));
                         }
@@ -128,17 +144,26 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// Releases, into cooldown, adopted addresses whose pod route is gone. Cheap when nothing
     /// was adopted.
     pub(super) async fn release_recovered(&self) -> Result<(), PersistError> {
-        let recovered: Vec<_> = lock(&self.pool)
-            .allocations()
-            .into_iter()
-            .filter(|a| a.key.network == RECOVERED_NETWORK)
-            .collect();
+        let recovered: Vec<(AttachmentKey, IpAddr)> = {
+            let pool = lock(&self.pool);
+            pool.allocations()
+                .into_iter()
+                .map(|a| (a.key, IpAddr::V4(a.ip)))
+                .chain(
+                    pool.v6()
+                        .allocations()
+                        .into_iter()
+                        .map(|a| (a.key, IpAddr::V6(a.ip))),
+                )
+                .filter(|(key, _)| key.network == RECOVERED_NETWORK)
+                .collect()
+        };
         if recovered.is_empty() {
             return Ok(());
         }
-        let unrouted: BTreeSet<Ipv4Addr> = match self
+        let unrouted: BTreeSet<IpAddr> = match self
             .host
-            .unrouted(recovered.iter().map(|a| a.ip).collect())
+            .unrouted(recovered.iter().map(|(_, ip)| *ip).collect())
             .await
         {
             Ok(ips) => ips.into_iter().collect(),
@@ -149,11 +174,11 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         };
         let gone: Vec<_> = recovered
             .into_iter()
-            .filter(|a| unrouted.contains(&a.ip))
-            .map(|a| a.key)
+            .filter(|(_, ip)| unrouted.contains(ip))
+            .map(|(key, _)| key)
             .collect();
-        for a in self.release_keys(&gone, self.clock.now()).await? {
-            info!(ip = %a.ip, attachment = %a.key, "released a recovered address: its pod's route is gone");
+        for (key, ips) in self.release_keys(&gone, self.clock.now()).await? {
+            info!(addresses = ?ips, attachment = %key, "released a recovered address: its pod's route is gone");
         }
         Ok(())
     }

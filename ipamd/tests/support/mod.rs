@@ -1,7 +1,7 @@
 #![allow(dead_code)] // shared by several test binaries, each using part of it
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -182,9 +182,9 @@ pub struct RecordingHost {
     calls: Mutex<Vec<String>>,
     pub missing_links: AtomicU32,
     /// Addresses no pod on the node routes to any more (their pods are gone).
-    pub gone: Mutex<std::collections::BTreeSet<Ipv4Addr>>,
+    pub gone: Mutex<std::collections::BTreeSet<IpAddr>>,
     /// The pod routes on the node: address and veth.
-    pub routes: Mutex<Vec<(Ipv4Addr, String)>>,
+    pub routes: Mutex<Vec<(IpAddr, String)>>,
 }
 
 impl RecordingHost {
@@ -232,12 +232,12 @@ impl HostNetwork for RecordingHost {
         Ok(vec![])
     }
 
-    async fn unrouted(&self, ips: Vec<Ipv4Addr>) -> Result<Vec<Ipv4Addr>, HostError> {
+    async fn unrouted(&self, ips: Vec<IpAddr>) -> Result<Vec<IpAddr>, HostError> {
         let gone = self.gone.lock().unwrap();
         Ok(ips.into_iter().filter(|ip| gone.contains(ip)).collect())
     }
 
-    async fn pod_routes(&self, veth_prefix: &str) -> Result<Vec<(Ipv4Addr, String)>, HostError> {
+    async fn pod_routes(&self, veth_prefix: &str) -> Result<Vec<(IpAddr, String)>, HostError> {
         let routes = self.routes.lock().unwrap();
         Ok(routes
             .iter()
