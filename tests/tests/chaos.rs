@@ -3,9 +3,9 @@
 //! address, every DEL must succeed, and once the runtime's GC has run, EC2, ipamd's store and
 //! the node agree with nothing leaked.
 //!
-//! The suite runs the round: 1,000 pods and 20 kills (about 90 s here).
-//! `scripts/chaos.sh` runs other rounds through VPC_CNI_CHAOS_PODS, VPC_CNI_CHAOS_KILLS and
-//! VPC_CNI_CHAOS_SEED.
+//! The suite runs the round: 1,000 pods and 20 kills (about 90 s here), and the same
+//! scenario in IPv6 mode, bounded to 300 pods and 6 kills. `scripts/chaos.sh` runs other
+//! rounds through VPC_CNI_CHAOS_PODS, VPC_CNI_CHAOS_KILLS and VPC_CNI_CHAOS_SEED (IPv4).
 
 mod common;
 
@@ -124,7 +124,7 @@ impl Run<'_> {
             }
             let pod = self.vbox.pod(1);
             if let Some(result) = self.add(&pod) {
-                let ip = pod_ip(&result);
+                let ip = address_of(&result);
                 let mut live = self.live.lock().unwrap();
                 if let Some(other) = live.insert(ip.clone(), pod.container_id.clone()) {
                     self.tally.violation(format!(
@@ -193,13 +193,18 @@ impl Run<'_> {
     }
 }
 
-#[test]
-#[ignore = "needs root: run by scripts/test.sh as root"]
-fn sigkills_during_parallel_churn_never_duplicate_or_leak_an_address() {
-    require_root();
-    let pods = env_usize("VPC_CNI_CHAOS_PODS", 1000);
-    let kills = env_usize("VPC_CNI_CHAOS_KILLS", 20);
-    let seed = std::env::var("VPC_CNI_CHAOS_SEED")
+/// The pod's address from its ADD result: its one IPv4 /32 or IPv6 /128.
+fn address_of(result: &Value) -> String {
+    let address = result["ips"][0]["address"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no ips[0].address: {result}"));
+    let (ip, len) = address.split_once('/').expect("a CIDR");
+    assert!(len == "32" || len == "128", "a single address: {result}");
+    ip.to_string()
+}
+
+fn seed() -> u64 {
+    std::env::var("VPC_CNI_CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| {
@@ -207,16 +212,24 @@ fn sigkills_during_parallel_churn_never_duplicate_or_leak_an_address() {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(1, |d| d.as_nanos() as u64)
                 | 1
-        });
-    eprintln!("chaos: {pods} pods, {kills} SIGKILLs, {WORKERS} workers, seed {seed}");
+        })
+}
+
+/// Churns `pods` pods with `kills` SIGKILLs of ipamd on a box made with `box_args`; checks
+/// that no address was ever shared and every DEL succeeded, then runs the runtime's GC.
+fn churn(box_args: &[&str], pods: usize, kills: usize) -> VpcBox {
+    let seed = seed();
+    eprintln!("chaos {box_args:?}: {pods} pods, {kills} SIGKILLs, {WORKERS} workers, seed {seed}");
     // A short cooldown, so released addresses come back during the run and a duplicate would
     // have every chance to happen.
-    let vbox = VpcBox::up(&[
+    let mut args = vec![
         "--instance-type",
         "m5.xlarge",
         "--ipamd-env",
         "IP_COOLDOWN_PERIOD=2",
-    ]);
+    ];
+    args.extend_from_slice(box_args);
+    let vbox = VpcBox::up(&args);
     let run = Run {
         vbox: &vbox,
         conf: conf("1.1.0", &vbox.node(1).ipamd_socket, json!({})),
@@ -232,12 +245,11 @@ fn sigkills_during_parallel_churn_never_duplicate_or_leak_an_address() {
         }
         run.killer(kills, &mut Rng(seed));
     });
-    let churn = started.elapsed();
     let t = &run.tally;
     eprintln!(
         "chaos: {} pods in {:.1} s; {} ADD calls ({} failed while ipamd was down or restarting, each followed by a DEL), {} DEL calls",
         t.done.load(Ordering::SeqCst),
-        churn.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
         t.adds.load(Ordering::SeqCst),
         t.add_failures.load(Ordering::SeqCst),
         t.dels.load(Ordering::SeqCst),
@@ -261,6 +273,20 @@ fn sigkills_during_parallel_churn_never_duplicate_or_leak_an_address() {
         json!({ "cni.dev/valid-attachments": [] }),
     );
     Cni::new("GC", node).stdin(gc).run().ok_silent();
+    drop(run);
+    vbox
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn sigkills_during_parallel_churn_never_duplicate_or_leak_an_address() {
+    require_root();
+    let pods = env_usize("VPC_CNI_CHAOS_PODS", 1000);
+    let kills = env_usize("VPC_CNI_CHAOS_KILLS", 20);
+    let started = Instant::now();
+    let vbox = churn(&[], pods, kills);
+    let churned = started.elapsed();
+    let node = vbox.node(1);
     assert_eq!(vbox.status(1).pool.assigned, 0, "assigned after GC");
     assert!(
         node_pod_routes(&node.netns).is_empty(),
@@ -287,8 +313,38 @@ fn sigkills_during_parallel_churn_never_duplicate_or_leak_an_address() {
     assert!(!log.contains("panicked"), "ipamd panicked:\n{log}");
     eprintln!(
         "chaos: agreement reached {:.1} s after the churn",
-        (started.elapsed() - churn).as_secs_f64()
+        (started.elapsed() - churned).as_secs_f64()
     );
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn ipv6_sigkills_during_parallel_churn_never_duplicate_or_leak_an_address() {
+    require_root();
+    let vbox = churn(&["--ip-family", "ipv6"], 300, 6);
+    let node = vbox.node(1);
+    let pods = node.get_json(&format!("{}/v1/pods", e2e::INTROSPECT));
+    assert_eq!(pods, json!([]), "addresses still held after GC");
+    let routes: Vec<String> = e2e::ip(&["-n", &node.netns, "-6", "route", "show"])
+        .into_iter()
+        .filter(|l| l.contains(" dev eni"))
+        .collect();
+    assert!(routes.is_empty(), "pod routes left: {routes:?}");
+    // The store, read directly once ipamd is stopped: the one /80 EC2 delegated, and no
+    // address of it held for a pod.
+    vbox.stop_ipamd(1, false);
+    let opened = store::SledStore::open(std::path::Path::new(&node.state_dir))
+        .expect("the store opens once ipamd is gone");
+    let stored = pool::StateStore::load(&opened).expect("the store reads back");
+    assert_eq!(stored.prefixes6.len(), 1, "{:?}", stored.prefixes6);
+    let held: Vec<_> = stored
+        .addrs6
+        .iter()
+        .filter(|a| matches!(a.state, pool::SlotState::Assigned { .. }))
+        .collect();
+    assert!(held.is_empty(), "the store still assigns {held:?}");
+    let log = std::fs::read_to_string(&node.ipamd_log).unwrap_or_default();
+    assert!(!log.contains("panicked"), "ipamd panicked:\n{log}");
 }
 
 /// ipamd's store (opened directly; ipamd must be stopped) holds exactly EC2's addresses on the
