@@ -223,6 +223,22 @@ pub fn ignored_settings(get: impl Fn(&str) -> Option<String>) -> Vec<String> {
         .collect()
 }
 
+/// A warning when IPv6 mode is asked to give pods IPv4 egress (`ENABLE_V4_EGRESS`, on by
+/// default in aws-node's IPv6 mode), which ipamd does not do yet: IPv6 pods then reach IPv6
+/// destinations only.
+pub fn v4_egress_warning(family: IpFamily, get: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let value = get("ENABLE_V4_EGRESS").map(|v| v.trim().to_string());
+    let off = value.as_deref().is_some_and(|v| FALSE.contains(&v));
+    (family == IpFamily::V6 && !off).then(|| {
+        format!(
+            "ENABLE_V4_EGRESS={} (aws-node's default in IPv6 mode): IPv4 egress for IPv6 pods is not \
+             implemented yet, so they reach IPv6 destinations only; set ENABLE_V4_EGRESS=false to \
+             silence this",
+            value.as_deref().unwrap_or("true")
+        )
+    })
+}
+
 /// Reads typed values through a variable lookup; every error names its variable and value.
 struct Env<F> {
     get: F,
@@ -589,6 +605,27 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Config::from_env(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn ipv6_mode_warns_that_ipv4_egress_is_missing_unless_turned_off() {
+        let get = |v: Option<&'static str>| {
+            move |k: &str| {
+                (k == "ENABLE_V4_EGRESS")
+                    .then_some(v)
+                    .flatten()
+                    .map(String::from)
+            }
+        };
+        assert!(v4_egress_warning(IpFamily::V6, get(None)).is_some());
+        assert!(v4_egress_warning(IpFamily::V6, get(Some("true"))).is_some());
+        assert_eq!(v4_egress_warning(IpFamily::V6, get(Some("false"))), None);
+        assert_eq!(v4_egress_warning(IpFamily::V4, get(None)), None);
+        assert_eq!(
+            v4_egress_warning(IpFamily::Dual, get(None)),
+            None,
+            "dual-stack pods have IPv4"
+        );
     }
 
     #[test]
