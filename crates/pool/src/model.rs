@@ -1,3 +1,4 @@
+use std::collections::HashSet;
 use std::fmt;
 use std::net::Ipv4Addr;
 
@@ -167,4 +168,38 @@ impl AddrSlot {
             SlotState::Free { .. } => None,
         }
     }
+}
+
+/// What GC of `network` releases among `held`: the attachments of that network whose
+/// (container id, ifname) is not in `valid`, sorted.
+pub(crate) fn stale_keys<'a>(
+    held: impl Iterator<Item = &'a AttachmentKey>,
+    network: &str,
+    valid: &HashSet<(String, String)>,
+) -> Vec<AttachmentKey> {
+    let mut stale: Vec<AttachmentKey> = held
+        .filter(|k| {
+            k.network == network && !valid.contains(&(k.container_id.clone(), k.ifname.clone()))
+        })
+        .cloned()
+        .collect();
+    stale.sort();
+    stale
+}
+
+/// Each of `keys` released by `release` (keys that held nothing skipped), with the mutations
+/// of all the releases.
+pub(crate) fn release_each<R>(
+    keys: Vec<AttachmentKey>,
+    mut release: impl FnMut(&AttachmentKey) -> Option<(R, Vec<crate::Mutation>)>,
+) -> (Vec<R>, Vec<crate::Mutation>) {
+    let mut released = Vec::new();
+    let mut muts = Vec::new();
+    for key in keys {
+        if let Some((r, m)) = release(&key) {
+            released.push(r);
+            muts.extend(m);
+        }
+    }
+    (released, muts)
 }

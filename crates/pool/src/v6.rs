@@ -361,24 +361,8 @@ impl Pool6 {
         valid: &HashSet<(String, String)>,
         now: Timestamp,
     ) -> (Vec<Allocated6>, Vec<Mutation>) {
-        let mut stale: Vec<AttachmentKey> = self
-            .by_key
-            .keys()
-            .filter(|k| {
-                k.network == network && !valid.contains(&(k.container_id.clone(), k.ifname.clone()))
-            })
-            .cloned()
-            .collect();
-        stale.sort();
-        let mut released = Vec::new();
-        let mut muts = Vec::new();
-        for key in stale {
-            if let Some((a, m)) = self.release(&key, now) {
-                released.push(a);
-                muts.extend(m);
-            }
-        }
-        (released, muts)
+        let stale = crate::model::stale_keys(self.by_key.keys(), network, valid);
+        crate::model::release_each(stale, |key| self.release(key, now))
     }
 
     /// What `key` holds.
