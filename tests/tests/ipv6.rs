@@ -176,7 +176,8 @@ fn ipv6_pods_on_two_nodes_reach_each_other_the_nodes_and_the_outside_and_survive
         "no second /80 after a restart"
     );
     let pod = vbox.pod(1);
-    let fresh = ipv6_of(&pod.add());
+    let fresh_result = pod.add();
+    let fresh = ipv6_of(&fresh_result);
     assert!(
         pods.iter().all(|(_, ips)| ips[0] != fresh.to_string()),
         "{fresh} was already held"
@@ -190,14 +191,7 @@ fn ipv6_pods_on_two_nodes_reach_each_other_the_nodes_and_the_outside_and_survive
 
     // DEL gives the address back; the pod's routes and rules go.
     let (pod, ips) = pods.pop().expect("a pod");
-    pod.cni("DEL")
-        .stdin(e2e::conf(
-            "1.1.0",
-            &pod.node.ipamd_socket,
-            serde_json::json!({}),
-        ))
-        .run()
-        .ok();
+    pod.del(&fresh_result);
     assert_eq!(held(&vbox, 1, &pod), None);
     let routes = e2e::ip(&["-n", &pod.node.netns, "-6", "route", "show"]);
     assert!(
@@ -213,10 +207,12 @@ fn dual_stack_pods_reach_each_other_over_both_families_and_keep_both_across_a_ki
     require_root();
     let vbox = VpcBox::up(&["--nodes", "2", "--ip-family", "dual"]);
     let mut pods = Vec::new();
+    let mut results = Vec::new();
     for node in [1, 2] {
         for _ in 0..2 {
             let pod = vbox.pod(node);
             let result = pod.add();
+            results.push(result.clone());
             let all = addresses(&result);
             assert_eq!(all.len(), 2, "an IPv4 and an IPv6 address: {result}");
             let v4 = all
@@ -269,14 +265,7 @@ fn dual_stack_pods_reach_each_other_over_both_families_and_keep_both_across_a_ki
 
     // DEL releases both families.
     let (pod, _) = &pods[0];
-    pod.cni("DEL")
-        .stdin(e2e::conf(
-            "1.1.0",
-            &pod.node.ipamd_socket,
-            serde_json::json!({}),
-        ))
-        .run()
-        .ok();
+    pod.del(&results[0]);
     assert_eq!(held(&vbox, 1, pod), None);
     let ipamd_pods = vbox
         .node(1)
