@@ -60,12 +60,16 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             Ok(prefixes) => {
                 let added = self
                     .persist_growth(|pool| {
-                        prefixes
-                            .iter()
-                            .flat_map(|p| {
-                                pool.v6_mut().add_prefix(&primary, *p).unwrap_or_default()
-                            })
-                            .collect()
+                        let mut muts = Vec::new();
+                        for prefix in &prefixes {
+                            match pool.v6_mut().add_prefix(&primary, *prefix) {
+                                Ok(m) => muts.extend(m),
+                                Err(e) => {
+                                    warn!(%prefix, error = %e, "IPv6 prefix from EC2 not taken")
+                                }
+                            }
+                        }
+                        muts
                     })
                     .await;
                 match added {
