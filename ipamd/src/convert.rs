@@ -27,9 +27,9 @@ pub fn allocation(
     v4: Option<&pool::Allocated>,
     v6: Option<&pool::Allocated6>,
 ) -> Option<proto::Allocation> {
-    let (key, pod) = match (v4, v6) {
-        (Some(a), _) => (&a.key, &a.pod),
-        (None, Some(a)) => (&a.key, &a.pod),
+    let (key, pod, eni_id) = match (v4, v6) {
+        (Some(a), _) => (&a.key, &a.pod, &a.eni_id),
+        (None, Some(a)) => (&a.key, &a.pod, &a.eni_id),
         (None, None) => return None,
     };
     Some(proto::Allocation {
@@ -46,11 +46,8 @@ pub fn allocation(
         },
         ip: v4.map(|a| a.ip),
         ipv6: v6.map(|a| a.ip),
+        eni_id: eni_id.clone(),
         // An IPv6-only pod's address is on the primary ENI, routed by the main table.
-        eni_id: v4.map_or_else(
-            || v6.map(|a| a.eni_id.clone()).unwrap_or_default(),
-            |a| a.eni_id.clone(),
-        ),
         device_number: v4.map_or(0, |a| a.device_number),
         route_table: v4.map_or(pool::MAIN_TABLE, |a| a.route_table),
     })

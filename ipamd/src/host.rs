@@ -44,14 +44,6 @@ pub enum HostError {
     /// The blocking task doing the work failed (panicked or was cancelled).
     #[error("host network task: {0}")]
     Task(#[from] tokio::task::JoinError),
-    /// A sysctl could not be read or set.
-    #[error("sysctl {path}: {source}")]
-    Sysctl {
-        /// Its /proc/sys path.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
 }
 
 impl From<netops::Error> for HostError {

@@ -49,20 +49,10 @@ fn ipv6_sysctls(primary_if: &str) -> Result<Vec<String>, HostError> {
     ];
     let mut changes = Vec::new();
     for (key, value) in settings {
-        let path = format!("/proc/sys/{key}");
-        let current = std::fs::read_to_string(&path).map_err(|source| HostError::Sysctl {
-            path: path.clone(),
-            source,
-        })?;
         // The DaemonSet's ipamd sees /proc/sys read-only; `ipamd init` has set these already.
-        if current.trim() == value {
-            continue;
+        if snat::ensure_sysctl(&format!("/proc/sys/{key}"), value)?.is_some() {
+            changes.push(format!("{} = {value}", key.replace('/', ".")));
         }
-        std::fs::write(&path, value).map_err(|source| HostError::Sysctl {
-            path: path.clone(),
-            source,
-        })?;
-        changes.push(format!("{} = {value}", key.replace('/', ".")));
     }
     Ok(changes)
 }

@@ -123,6 +123,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         now: Timestamp,
     ) -> (Result<Held, Shortage>, Vec<pool::Mutation>) {
         let family = self.node.ip_family;
+        let had_v6 = pool.v6().get(key).is_some();
         let mut muts = Vec::new();
         // IPv6 first: it fails only without a prefix, and undoing it is exact (the address is
         // forgotten), whereas an IPv4 address given back loses its release time.
@@ -144,13 +145,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                     Some(a)
                 }
                 Err(e) => {
-                    let fresh = muts
-                        .iter()
-                        .any(|m| matches!(m, pool::Mutation::PutAddr6(_)));
-                    if fresh {
-                        // Its IPv6 record was never committed: forgetting it restores the store's view.
-                        pool.v6_mut().unassign_unused(key);
-                        muts.retain(|m| !matches!(m, pool::Mutation::PutAddr6(_)));
+                    if !had_v6 {
+                        muts.extend(pool.v6_mut().unassign_unused(key).unwrap_or_default());
                     }
                     return (Err(Shortage::V4(e)), muts);
                 }

@@ -48,7 +48,7 @@ pub use rules::{
     Table, TableRules, desired_rules, is_our_rule, is_own_chain,
 };
 pub use runner::{Backend, Runner, SystemRunner, detect_backend};
-pub use sysctl::RP_FILTER_LOOSE;
+pub use sysctl::{RP_FILTER_LOOSE, ensure_sysctl};
 
 use crate::socket::Netlink;
 

@@ -1,4 +1,5 @@
-//! Loose reverse-path filtering on the primary ENI.
+//! Sysctls the node needs: loose reverse-path filtering on the primary ENI, and any value
+//! written only when it differs.
 
 use std::fs;
 use std::io;
@@ -69,19 +70,30 @@ impl SysctlFiles for ProcSys {
 }
 
 /// Sets the `rp_filter` file at `path` to loose unless it is already, and returns the value it
-/// replaced. Writing only when needed keeps a read-only /proc/sys (the DaemonSet's) working
-/// once the init container has done the write.
+/// replaced.
 fn make_loose(files: &impl SysctlFiles, path: &str) -> Result<Option<String>> {
+    ensure(files, path, RP_FILTER_LOOSE)
+}
+
+/// Sets the sysctl file at `path` (under /proc/sys, as the calling thread's namespace shows it)
+/// to `value` unless it holds it already, and returns the value it replaced. Writing only when
+/// needed keeps a read-only /proc/sys (the DaemonSet's) working once the privileged init
+/// container has done the write.
+pub fn ensure_sysctl(path: &str, value: &str) -> Result<Option<String>> {
+    ensure(&ProcSys, path, value)
+}
+
+fn ensure(files: &impl SysctlFiles, path: &str, value: &str) -> Result<Option<String>> {
     let sysctl_err = |source| SnatError::Sysctl {
         path: path.to_string(),
         source,
     };
     let old = files.read(path).map_err(sysctl_err)?;
     let old = old.trim();
-    if old == RP_FILTER_LOOSE {
+    if old == value {
         return Ok(None);
     }
-    files.write(path, RP_FILTER_LOOSE).map_err(sysctl_err)?;
+    files.write(path, value).map_err(sysctl_err)?;
     Ok(Some(old.to_string()))
 }
 
