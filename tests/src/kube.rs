@@ -160,6 +160,12 @@ impl VpcBox {
 
     /// [`VpcBox::kubectl`] with `stdin` on its standard input (`apply -f -`).
     pub fn kubectl_with_input(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
+        self.kubectl_bounded(KUBECTL_SECS, args, stdin)
+    }
+
+    /// [`VpcBox::kubectl_with_input`] bounded by `secs` instead: for a command meant to run
+    /// longer (a long `exec`).
+    pub fn kubectl_bounded(&self, secs: u32, args: &[&str], stdin: Option<&[u8]>) -> Output {
         let kube = self.kube();
         let netns = format!("--net=/run/netns/{}", kube.netns);
         // The box's discovery cache, as vpc-box.sh's kubectl keeps it: never ~/.kube.
@@ -173,7 +179,7 @@ impl VpcBox {
             cache.to_str().expect("a UTF-8 path"),
         ];
         all.extend_from_slice(args);
-        run_bounded(KUBECTL_SECS, "nsenter", &all, stdin)
+        run_bounded(secs, "nsenter", &all, stdin)
     }
 
     /// kubectl `args`, which must succeed; its standard output.
