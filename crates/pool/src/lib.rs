@@ -28,6 +28,6 @@ pub use plan::{
 };
 pub use time::{Clock, Timestamp};
 pub use v6::{
-    Allocated6, Counts6, PREFIX6_LEN, PersistedAddr6, Pool6, Pool6Error, Prefix6, RestoreIssue6,
-    is_delegable_prefix6,
+    Allocated6, Counts6, EGRESS_V4_RANGE, PREFIX6_LEN, PersistedAddr6, Pool6, Pool6Error, Prefix6,
+    RestoreIssue6, is_delegable_prefix6,
 };

@@ -4,12 +4,17 @@
 //! There is no warm pool: a /80 holds 2^48 addresses, so one prefix serves any node for its
 //! whole life and EC2 is asked once (the Go CNI's IPv6 mode does the same). What remains of the
 //! IPv4 pool's work is who holds which address, cooldown after release, and persistence.
+//!
+//! With IPv4 egress on, each address also carries a node-local IPv4 address from the egress
+//! range (169.254.172.0/22, as aws-node's egress plugin), through which the pod reaches IPv4
+//! destinations SNATed to the node. It lives and dies with its IPv6 address, in the same
+//! record, so it is persisted, cooled and released with it and can never outlive it.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::Ipv6Addr;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
-use ipnetwork::Ipv6Network;
+use ipnetwork::{Ipv4Network, Ipv6Network};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -19,6 +24,13 @@ use crate::time::Timestamp;
 
 /// Prefix length of a delegated IPv6 prefix.
 pub const PREFIX6_LEN: u8 = 80;
+
+/// aws-node's range of node-local IPv4 egress addresses for IPv6 pods.
+pub const EGRESS_V4_RANGE: Ipv4Network =
+    match Ipv4Network::new_checked(Ipv4Addr::new(169, 254, 172, 0), 22) {
+        Some(net) => net,
+        None => panic!("169.254.172.0/22 is a valid network"),
+    };
 
 /// A delegated /80 and the ENI holding it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,6 +48,9 @@ pub struct PersistedAddr6 {
     pub ip: Ipv6Addr,
     /// Assigned, or free until its cooldown ends.
     pub state: SlotState,
+    /// The IPv4 egress address that goes with it (IPv4 egress on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_v4: Option<Ipv4Addr>,
 }
 
 /// An IPv6 address held by an attachment.
@@ -49,6 +64,8 @@ pub struct Allocated6 {
     pub ip: Ipv6Addr,
     /// The ENI holding its prefix.
     pub eni_id: String,
+    /// The node-local IPv4 egress address that goes with it, when IPv4 egress is on.
+    pub egress_v4: Option<Ipv4Addr>,
     /// Since when.
     pub assigned_at: Timestamp,
 }
@@ -73,6 +90,9 @@ pub enum Pool6Error {
     /// Every address of every prefix is taken (2^48 per /80: only a broken state gets here).
     #[error("every address of the node's IPv6 prefixes is held or cooling")]
     Exhausted,
+    /// Every IPv4 egress address is held or cooling.
+    #[error("every IPv4 egress address of {0} is held or cooling")]
+    EgressExhausted(Ipv4Network),
     /// Not a /80 named by its network address.
     #[error("{0} is not a /80 prefix named by its network address")]
     InvalidPrefix(Ipv6Network),
@@ -104,6 +124,15 @@ pub enum RestoreIssue6 {
         /// The address freed.
         freed: Ipv6Addr,
     },
+    /// Two IPv6 addresses carried one IPv4 egress address; the later one lost it.
+    DuplicateEgress {
+        /// The egress address.
+        egress: Ipv4Addr,
+        /// The IPv6 address that keeps it.
+        kept: Ipv6Addr,
+        /// The IPv6 address that lost it.
+        dropped: Ipv6Addr,
+    },
 }
 
 /// True when `prefix` is one EC2 delegates: a /80 named by its network address.
@@ -123,6 +152,12 @@ pub struct Pool6 {
     prefixes: BTreeMap<Ipv6Network, String>,
     slots: BTreeMap<Ipv6Addr, SlotState>,
     by_key: HashMap<AttachmentKey, Ipv6Addr>,
+    /// Where new addresses get their IPv4 egress address from; `None`: IPv4 egress off.
+    egress_range: Option<Ipv4Network>,
+    /// The egress address of each kept IPv6 address that has one.
+    egress_of: BTreeMap<Ipv6Addr, Ipv4Addr>,
+    /// The egress addresses in `egress_of`.
+    egress_used: BTreeSet<Ipv4Addr>,
 }
 
 impl Pool6 {
@@ -155,7 +190,12 @@ impl Pool6 {
         let mut addrs = addrs;
         // Deterministic repair: the earliest assignment keeps a duplicated key.
         addrs.sort_by_key(|a| (assigned_at(&a.state), a.ip));
-        for PersistedAddr6 { ip, state } in addrs {
+        for PersistedAddr6 {
+            ip,
+            state,
+            egress_v4,
+        } in addrs
+        {
             if pool.prefix_of(ip).is_none() {
                 issues.push(RestoreIssue6::OrphanAddress(ip));
                 fixes.push(Mutation::DeleteAddr6(ip));
@@ -187,8 +227,36 @@ impl Pool6 {
                 free => free,
             };
             pool.slots.insert(ip, state);
+            if let Some(egress) = egress_v4 {
+                let holder = pool
+                    .egress_used
+                    .contains(&egress)
+                    .then(|| pool.egress_of.iter().find(|(_, e)| **e == egress))
+                    .flatten();
+                if let Some((&kept, _)) = holder {
+                    issues.push(RestoreIssue6::DuplicateEgress {
+                        egress,
+                        kept,
+                        dropped: ip,
+                    });
+                    fixes.push(Mutation::PutAddr6(pool.record(ip)));
+                } else {
+                    pool.set_egress(ip, egress);
+                }
+            }
         }
         (pool, fixes, issues)
+    }
+
+    /// Gives every address assigned from now on an IPv4 egress address from `range` (`None`:
+    /// no more). Addresses already kept keep theirs.
+    pub fn set_egress_range(&mut self, range: Option<Ipv4Network>) {
+        self.egress_range = range;
+    }
+
+    /// The range new egress addresses come from, when IPv4 egress is on.
+    pub fn egress_range(&self) -> Option<Ipv4Network> {
+        self.egress_range
     }
 
     /// The delegated prefixes and their ENIs.
@@ -237,11 +305,12 @@ impl Pool6 {
             .filter(|ip| prefix.contains(*ip))
             .collect();
         for ip in members {
+            let egress_v4 = self.egress_of.get(&ip).copied();
             if let Some(SlotState::Assigned {
                 key,
                 pod,
                 assigned_at,
-            }) = self.slots.remove(&ip)
+            }) = self.forget(ip)
             {
                 self.by_key.remove(&key);
                 taken.push(Allocated6 {
@@ -249,6 +318,7 @@ impl Pool6 {
                     pod,
                     ip,
                     eni_id: eni.clone(),
+                    egress_v4,
                     assigned_at,
                 });
             }
@@ -273,59 +343,69 @@ impl Pool6 {
         let (&prefix, eni) = self.prefixes.iter().next().ok_or(Pool6Error::NoPrefix)?;
         let eni = eni.clone();
         let ip = self.next_address(prefix).ok_or(Pool6Error::Exhausted)?;
+        let egress_v4 = match self.egress_range {
+            Some(range) => Some(
+                self.next_egress(range)
+                    .ok_or(Pool6Error::EgressExhausted(range))?,
+            ),
+            None => None,
+        };
         let state = SlotState::Assigned {
             key: key.clone(),
             pod: pod.clone(),
             assigned_at: now,
         };
-        self.slots.insert(ip, state.clone());
+        self.slots.insert(ip, state);
         self.by_key.insert(key.clone(), ip);
-        muts.push(Mutation::PutAddr6(PersistedAddr6 { ip, state }));
+        if let Some(egress) = egress_v4 {
+            self.set_egress(ip, egress);
+        }
+        muts.push(Mutation::PutAddr6(self.record(ip)));
         Ok((
             Allocated6 {
                 key: key.clone(),
                 pod: pod.clone(),
                 ip,
                 eni_id: eni,
+                egress_v4,
                 assigned_at: now,
             },
             muts,
         ))
     }
 
-    /// Records that `key` holds `ip` (a live pod's route found after state was lost). The
-    /// address must lie in a held prefix and be free or cooling, or already be `key`'s.
+    /// Records that `key` holds `ip`, and `egress` with it (a live pod's routes found after
+    /// state was lost). The address must lie in a held prefix and be free or cooling, or
+    /// already be `key`'s. An egress address another address holds is not taken.
     pub fn adopt(
         &mut self,
         key: &AttachmentKey,
         pod: &PodInfo,
         ip: Ipv6Addr,
+        egress: Option<Ipv4Addr>,
         assigned_at: Timestamp,
     ) -> Option<(Allocated6, Vec<Mutation>)> {
         if let Some(existing) = self.get(key) {
             return (existing.ip == ip).then_some((existing, Vec::new()));
         }
-        let eni = self.prefix_of(ip)?.1.to_string();
+        self.prefix_of(ip)?;
         if matches!(self.slots.get(&ip), Some(SlotState::Assigned { .. })) {
             return None;
         }
+        // A cooling address may carry an egress address of its own: the pod's wins.
+        self.forget(ip);
         let state = SlotState::Assigned {
             key: key.clone(),
             pod: pod.clone(),
             assigned_at,
         };
-        self.slots.insert(ip, state.clone());
+        self.slots.insert(ip, state);
         self.by_key.insert(key.clone(), ip);
-        Some((
-            Allocated6 {
-                key: key.clone(),
-                pod: pod.clone(),
-                ip,
-                eni_id: eni,
-                assigned_at,
-            },
-            vec![Mutation::PutAddr6(PersistedAddr6 { ip, state })],
-        ))
+        if let Some(e) = egress.filter(|e| !self.egress_used.contains(e)) {
+            self.set_egress(ip, e);
+        }
+        let allocation = self.allocation_at(ip)?;
+        Some((allocation, vec![Mutation::PutAddr6(self.record(ip))]))
     }
 
     /// Releases `key`'s address into cooldown; `None` when it holds nothing.
@@ -338,19 +418,16 @@ impl Pool6 {
         let state = SlotState::Free {
             cooling_until: Some(now.after(self.cooldown)),
         };
-        self.slots.insert(allocation.ip, state.clone());
+        self.slots.insert(allocation.ip, state);
         self.by_key.remove(key);
-        let muts = vec![Mutation::PutAddr6(PersistedAddr6 {
-            ip: allocation.ip,
-            state,
-        })];
+        let muts = vec![Mutation::PutAddr6(self.record(allocation.ip))];
         Some((allocation, muts))
     }
 
     /// Undoes an assignment that never reached a pod: the address is forgotten at once.
     pub fn unassign_unused(&mut self, key: &AttachmentKey) -> Option<Vec<Mutation>> {
         let ip = self.by_key.remove(key)?;
-        self.slots.remove(&ip);
+        self.forget(ip);
         Some(vec![Mutation::DeleteAddr6(ip)])
     }
 
@@ -409,13 +486,7 @@ impl Pool6 {
                     eni: e.clone(),
                 })
                 .collect(),
-            self.slots
-                .iter()
-                .map(|(ip, s)| PersistedAddr6 {
-                    ip: *ip,
-                    state: s.clone(),
-                })
-                .collect(),
+            self.slots.keys().map(|ip| self.record(*ip)).collect(),
         )
     }
 
@@ -430,6 +501,7 @@ impl Pool6 {
                 pod: pod.clone(),
                 ip,
                 eni_id: self.prefix_of(ip)?.1.to_string(),
+                egress_v4: self.egress_of.get(&ip).copied(),
                 assigned_at: *assigned_at,
             }),
             SlotState::Free { .. } => None,
@@ -453,9 +525,43 @@ impl Pool6 {
             .map(|(ip, _)| *ip)
             .collect();
         for ip in &cooled {
-            self.slots.remove(ip);
+            self.forget(*ip);
         }
         cooled.into_iter().map(Mutation::DeleteAddr6).collect()
+    }
+
+    /// The persisted form of a kept address.
+    fn record(&self, ip: Ipv6Addr) -> PersistedAddr6 {
+        PersistedAddr6 {
+            ip,
+            state: self.slots.get(&ip).cloned().unwrap_or(SlotState::Free {
+                cooling_until: None,
+            }),
+            egress_v4: self.egress_of.get(&ip).copied(),
+        }
+    }
+
+    fn set_egress(&mut self, ip: Ipv6Addr, egress: Ipv4Addr) {
+        self.egress_of.insert(ip, egress);
+        self.egress_used.insert(egress);
+    }
+
+    /// Drops a kept address and its egress address; returns its state.
+    fn forget(&mut self, ip: Ipv6Addr) -> Option<SlotState> {
+        if let Some(egress) = self.egress_of.remove(&ip) {
+            self.egress_used.remove(&egress);
+        }
+        self.slots.remove(&ip)
+    }
+
+    /// The lowest address of `range` no kept address carries, never its first or last (the
+    /// network and broadcast names, as host-local leaves them).
+    fn next_egress(&self, range: Ipv4Network) -> Option<Ipv4Addr> {
+        let base = u32::from(range.network());
+        let size = 1u32 << (32 - u32::from(range.prefix()));
+        (1..size.saturating_sub(1))
+            .map(|o| Ipv4Addr::from(base + o))
+            .find(|ip| !self.egress_used.contains(ip))
     }
 
     /// The address after the highest one kept in `prefix`; when that runs past the end, the

@@ -2,10 +2,10 @@
 //! repair, and the invariants under random sequences of operations.
 
 use std::collections::{HashMap, HashSet};
-use std::net::Ipv6Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
-use ipnetwork::Ipv6Network;
+use ipnetwork::{Ipv4Network, Ipv6Network};
 use pool::*;
 use proptest::prelude::*;
 
@@ -172,14 +172,17 @@ fn restore_repairs_orphans_duplicates_and_bad_prefixes() {
             PersistedAddr6 {
                 ip: "2001:db8::1".parse().unwrap(),
                 state: assigned(1, 5),
+                egress_v4: None,
             },
             PersistedAddr6 {
                 ip: "2001:db8::2".parse().unwrap(),
                 state: assigned(1, 9),
+                egress_v4: None,
             },
             PersistedAddr6 {
                 ip: "2001:db8:9::1".parse().unwrap(),
                 state: assigned(2, 5),
+                egress_v4: None,
             },
         ],
         ..Default::default()
@@ -228,13 +231,13 @@ fn gc_and_adopt_work_on_ipv6_attachments() {
     let cooling = released[0].ip;
     let (adopted, _) = p
         .v6_mut()
-        .adopt(&key(7), &pod, cooling, Timestamp(3))
+        .adopt(&key(7), &pod, cooling, None, Timestamp(3))
         .unwrap();
     assert_eq!(adopted.ip, cooling);
     let held = p.v6().get(&key(1)).unwrap().ip;
     assert!(
         p.v6_mut()
-            .adopt(&key(8), &pod, held, Timestamp(3))
+            .adopt(&key(8), &pod, held, None, Timestamp(3))
             .is_none()
     );
     assert!(
@@ -243,11 +246,136 @@ fn gc_and_adopt_work_on_ipv6_attachments() {
                 &key(8),
                 &pod,
                 "2001:db8:ffff::1".parse().unwrap(),
+                None,
                 Timestamp(3)
             )
             .is_none(),
         "an address outside every prefix is not ours"
     );
+}
+
+fn egress(s: &str) -> Ipv4Addr {
+    s.parse().unwrap()
+}
+
+/// A pool whose addresses carry egress addresses from a range with room for two.
+fn with_small_egress_range() -> Pool {
+    let (mut p, _) = with_prefix();
+    let range: Ipv4Network = "169.254.172.0/30".parse().unwrap();
+    p.v6_mut().set_egress_range(Some(range));
+    p
+}
+
+#[test]
+fn each_address_carries_its_own_egress_address_until_it_has_cooled() {
+    let mut p = with_small_egress_range();
+    let pod = PodInfo::default();
+    let (a, m) = p.v6_mut().assign(&key(1), &pod, Timestamp(1)).unwrap();
+    assert_eq!(
+        a.egress_v4,
+        Some(egress("169.254.172.1")),
+        "never the range's own name"
+    );
+    assert!(matches!(&m[..], [Mutation::PutAddr6(r)] if r.egress_v4 == a.egress_v4));
+    let (b, _) = p.v6_mut().assign(&key(2), &pod, Timestamp(1)).unwrap();
+    assert_eq!(b.egress_v4, Some(egress("169.254.172.2")));
+    let err = p.v6_mut().assign(&key(3), &pod, Timestamp(1)).unwrap_err();
+    assert!(matches!(err, Pool6Error::EgressExhausted(_)), "{err}");
+    assert!(err.to_string().contains("169.254.172.0/30"), "{err}");
+    assert!(
+        p.v6().get(&key(3)).is_none(),
+        "no IPv6 address without its egress address"
+    );
+
+    // Released, the egress address cools with its IPv6 address.
+    let (released, m) = p.v6_mut().release(&key(1), Timestamp(2)).unwrap();
+    assert_eq!(released.egress_v4, a.egress_v4);
+    assert!(matches!(&m[..], [Mutation::PutAddr6(r)] if r.egress_v4 == a.egress_v4));
+    assert!(p.v6_mut().assign(&key(3), &pod, Timestamp(3)).is_err());
+    let cooled = Timestamp(2).after(COOLDOWN);
+    let (c, _) = p.v6_mut().assign(&key(3), &pod, cooled).unwrap();
+    assert_eq!(c.egress_v4, a.egress_v4);
+    assert_ne!(c.ip, a.ip);
+
+    // A pod whose wiring failed gives its egress address back at once.
+    p.v6_mut().unassign_unused(&key(3)).unwrap();
+    let (d, _) = p.v6_mut().assign(&key(4), &pod, cooled).unwrap();
+    assert_eq!(d.egress_v4, a.egress_v4);
+}
+
+#[test]
+fn egress_off_gives_none_and_on_keeps_what_was_given_before() {
+    let (mut p, _) = with_prefix();
+    let pod = PodInfo::default();
+    let (a, _) = p.v6_mut().assign(&key(1), &pod, Timestamp(1)).unwrap();
+    assert_eq!(a.egress_v4, None);
+    p.v6_mut().set_egress_range(Some(EGRESS_V4_RANGE));
+    assert_eq!(p.v6().egress_range(), Some(EGRESS_V4_RANGE));
+    let (again, _) = p.v6_mut().assign(&key(1), &pod, Timestamp(2)).unwrap();
+    assert_eq!(again, a, "a repeated ADD changes nothing");
+    let (b, _) = p.v6_mut().assign(&key(2), &pod, Timestamp(2)).unwrap();
+    assert_eq!(b.egress_v4, Some(egress("169.254.172.1")));
+}
+
+#[test]
+fn restore_keeps_egress_addresses_and_frees_a_duplicated_one() {
+    let (mut p, store) = with_prefix();
+    p.v6_mut().set_egress_range(Some(EGRESS_V4_RANGE));
+    let pod = PodInfo::default();
+    for n in 0..3 {
+        let (_, m) = p.v6_mut().assign(&key(n), &pod, Timestamp(1)).unwrap();
+        store.apply(&m).unwrap();
+    }
+    let mut state = store.load().unwrap();
+    let (restored, fixes, issues) = Pool::restore(state.clone(), COOLDOWN);
+    assert!(
+        fixes.is_empty() && issues.is_empty(),
+        "{fixes:?} {issues:?}"
+    );
+    assert_eq!(restored.v6().allocations(), p.v6().allocations());
+
+    state.addrs6.sort_by_key(|a| a.ip);
+    state.addrs6[2].egress_v4 = state.addrs6[0].egress_v4;
+    let (restored, fixes, issues) = Pool::restore(state.clone(), COOLDOWN);
+    assert_eq!(
+        issues,
+        [RestoreIssue::V6(RestoreIssue6::DuplicateEgress {
+            egress: egress("169.254.172.1"),
+            kept: state.addrs6[0].ip,
+            dropped: state.addrs6[2].ip,
+        })]
+    );
+    assert!(
+        matches!(&fixes[..], [Mutation::PutAddr6(r)] if r.ip == state.addrs6[2].ip && r.egress_v4.is_none())
+    );
+    assert_eq!(restored.v6().get(&key(2)).unwrap().egress_v4, None);
+}
+
+#[test]
+fn adopting_takes_a_live_pods_egress_address_unless_another_holds_it() {
+    let (mut p, _) = with_prefix();
+    p.v6_mut().set_egress_range(Some(EGRESS_V4_RANGE));
+    let pod = PodInfo::default();
+    let (a, _) = p.v6_mut().assign(&key(1), &pod, Timestamp(1)).unwrap();
+    let free6: Ipv6Addr = "2001:db8:0:1:a::99".parse().unwrap();
+    let (adopted, m) = p
+        .v6_mut()
+        .adopt(
+            &key(2),
+            &pod,
+            free6,
+            Some(egress("169.254.173.7")),
+            Timestamp(2),
+        )
+        .unwrap();
+    assert_eq!(adopted.egress_v4, Some(egress("169.254.173.7")));
+    assert!(matches!(&m[..], [Mutation::PutAddr6(r)] if r.egress_v4 == adopted.egress_v4));
+    let other6: Ipv6Addr = "2001:db8:0:1:a::98".parse().unwrap();
+    let (adopted, _) = p
+        .v6_mut()
+        .adopt(&key(3), &pod, other6, a.egress_v4, Timestamp(2))
+        .unwrap();
+    assert_eq!(adopted.egress_v4, None, "{:?} is key 1's", a.egress_v4);
 }
 
 #[derive(Clone, Debug)]
@@ -275,6 +403,7 @@ proptest! {
     #[test]
     fn invariants_hold_under_any_sequence(ops in proptest::collection::vec(op(), 1..80)) {
         let (mut p, store) = with_prefix();
+        p.v6_mut().set_egress_range(Some(EGRESS_V4_RANGE));
         let net = prefix("2001:db8:0:1:a::/80");
         let mut now = Timestamp(1_000_000);
         // address -> end of its cooldown, for every release seen
@@ -313,6 +442,7 @@ proptest! {
                     prop_assert!(fixes.is_empty() && issues.is_empty());
                     prop_assert_eq!(restored.v6().allocations(), p.v6().allocations());
                     p = restored;
+                    p.v6_mut().set_egress_range(Some(EGRESS_V4_RANGE));
                 }
             }
             // One address per attachment and one attachment per address.
@@ -321,6 +451,18 @@ proptest! {
             let keys: HashSet<&AttachmentKey> = all.iter().map(|a| &a.key).collect();
             prop_assert_eq!(ips.len(), all.len());
             prop_assert_eq!(keys.len(), all.len());
+            // Every one has an egress address of the range, none shared, even with a cooling
+            // address (whose egress address is kept with it until it has cooled).
+            let mut egress = HashSet::new();
+            for record in p.to_state().addrs6 {
+                if matches!(record.state, SlotState::Assigned { .. }) {
+                    prop_assert!(record.egress_v4.is_some());
+                }
+                if let Some(e) = record.egress_v4 {
+                    prop_assert!(EGRESS_V4_RANGE.contains(e) && e != EGRESS_V4_RANGE.network());
+                    prop_assert!(egress.insert(e), "{} carried twice", e);
+                }
+            }
             // The store always equals the pool.
             let mut stored = store.load().unwrap().addrs6;
             stored.sort_by_key(|a| a.ip);
