@@ -123,6 +123,11 @@ pub struct Allocation {
     /// describe where the IPv4 address lives.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ipv6: Option<Ipv6Addr>,
+    /// A node-local IPv4 address (169.254.172.0/22) through which an IPv6 pod reaches IPv4
+    /// destinations, SNATed to the node's address (IPv4 egress, IPv6 mode only). Not a pod IP:
+    /// the plugin wires it but leaves it out of the CNI result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_ipv4: Option<Ipv4Addr>,
     /// The ENI it is a secondary address of.
     pub eni_id: String,
     /// The ENI's device number (0 = primary ENI).

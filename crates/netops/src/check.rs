@@ -30,6 +30,8 @@ pub struct ExpectedPod {
     pub ipv4: Option<Ipv4Addr>,
     /// The pod's IPv6 address, if it has one (always routed in main).
     pub ipv6: Option<Ipv6Addr>,
+    /// The IPv6 pod's IPv4 egress address, if it has one (no host rules).
+    pub egress_ipv4: Option<Ipv4Addr>,
     /// ENI route table of the IPv4 address (254 = main, no prio-1536 rule).
     pub route_table: u32,
     /// The pod interface's MAC, when known (e.g. from the previous result).
@@ -90,9 +92,12 @@ pub fn check_pod<N: NetlinkOps + ?Sized>(
             pod,
             ip,
             POD_GATEWAY,
-            expected.route_table,
+            Some(expected.route_table),
             &mut problems,
         )?;
+    }
+    if let Some(ip) = expected.egress_ipv4 {
+        families.check::<N, Ipv4Network>(host, pod, ip, POD_GATEWAY, None, &mut problems)?;
     }
     if let Some(ip) = expected.ipv6 {
         families.check::<N, Ipv6Network>(
@@ -100,7 +105,7 @@ pub fn check_pod<N: NetlinkOps + ?Sized>(
             pod,
             ip,
             POD_GATEWAY6,
-            RT_TABLE_MAIN,
+            Some(RT_TABLE_MAIN),
             &mut problems,
         )?;
     }
@@ -180,7 +185,7 @@ impl Families<'_> {
         pod: &N,
         ip: F::Addr,
         gateway: F::Addr,
-        route_table: u32,
+        route_table: Option<u32>,
         problems: &mut Vec<String>,
     ) -> Result<(), Error> {
         if let Some(cont) = self.cont {
@@ -270,7 +275,7 @@ fn check_host_side<N: NetlinkOps + ?Sized, F: IpFamily>(
     expected: &ExpectedPod,
     veth: Option<&Link>,
     ip: F::Addr,
-    wanted: u32,
+    wanted: Option<u32>,
     problems: &mut Vec<String>,
 ) -> Result<(), Error> {
     let ip_host = F::host(ip);
@@ -299,6 +304,17 @@ fn check_host_side<N: NetlinkOps + ?Sized, F: IpFamily>(
         .into_iter()
         .filter(|r| is_pod_rule(r, ip))
         .collect();
+    let Some(wanted) = wanted else {
+        // An egress address: its packets are routed by main and SNATed, so no rule.
+        for rule in &rules {
+            problems.push(format!(
+                "host rule to/from {ip} lookup {} prio {} unexpected for an egress address",
+                table_name(rule.table),
+                rule.priority
+            ));
+        }
+        return Ok(());
+    };
     if !rules.iter().any(|r| r.priority == PRIO_TO_POD) {
         problems.push(format!(
             "host rule to {ip} lookup main prio {PRIO_TO_POD} missing"

@@ -36,6 +36,9 @@ pub struct PodSpec {
     pub ipv4: Option<Ipv4Addr>,
     /// The pod's IPv6 address (configured as /128, routed in the main table).
     pub ipv6: Option<Ipv6Addr>,
+    /// An IPv6 pod's node-local IPv4 egress address (IPv4 egress): wired as `ipv4` is but with
+    /// no host rule, since it never leaves the node unSNATed. Only without `ipv4`.
+    pub egress_ipv4: Option<Ipv4Addr>,
     /// MTU of both veth ends.
     pub mtu: u32,
     /// Route table of the ENI owning `ipv4`: 254 (main) for the primary ENI; any other value
@@ -77,7 +80,8 @@ pub(crate) fn link_scope_text<F: IpFamily>() -> &'static str {
 /// lookup main` prio 512 and, for a secondary ENI, `from <ip>/32 lookup <table>` prio 1536
 /// (an existing identical rule is fine); in the pod `<ip>/32` on the interface, the routes
 /// `169.254.1.1/32 dev <if> scope link` and `default via 169.254.1.1`, and a permanent
-/// neighbour `169.254.1.1 -> <host veth MAC>`. For IPv6, as the Go CNI: `accept_ra=0` on the
+/// neighbour `169.254.1.1 -> <host veth MAC>`. An IPv4 egress address is wired the same way
+/// without the rules. For IPv6, as the Go CNI: `accept_ra=0` on the
 /// host veth and `disable_ipv6=0` on the pod's interface and `lo` (skipped where the kernel
 /// has no IPv6 settings), then the same shape with `<ip6>/128` (no DAD), `fe80::1` and the
 /// main table, and (ours) a permanent host neighbour `<ip6> -> <pod MAC>`. A dual-stack pod
@@ -145,6 +149,21 @@ fn validate(spec: &PodSpec) -> Result<()> {
             what: "pod IPv6 address",
             why: format!("{ip} cannot be a pod address"),
         });
+    }
+    if let Some(ip) = spec.egress_ipv4 {
+        let why = if spec.ipv4.is_some() {
+            Some("a pod with an IPv4 address of its own takes no egress address".to_string())
+        } else if !ip.is_link_local() {
+            Some(format!("{ip} is not a node-local (169.254.0.0/16) address"))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(Error::Invalid {
+                what: "IPv4 egress address",
+                why,
+            });
+        }
     }
     if !(68..=65535).contains(&spec.mtu) {
         return Err(Error::Invalid {
@@ -295,11 +314,16 @@ fn wire<N: NetlinkOps + ?Sized>(
     };
 
     if let Some(ip) = spec.ipv4 {
-        wire_family::<N, Ipv4Network>(host, pod, &ends, ip, POD_GATEWAY, spec.route_table, undo)?;
+        let table = Some(spec.route_table);
+        wire_family::<N, Ipv4Network>(host, pod, &ends, ip, POD_GATEWAY, table, undo)?;
+    }
+    if let Some(ip) = spec.egress_ipv4 {
+        wire_family::<N, Ipv4Network>(host, pod, &ends, ip, POD_GATEWAY, None, undo)?;
     }
     if let Some(ip) = spec.ipv6 {
         enable_ipv6(host, pod, &ends)?;
-        wire_family::<N, Ipv6Network>(host, pod, &ends, ip, POD_GATEWAY6, RT_TABLE_MAIN, undo)?;
+        let table = Some(RT_TABLE_MAIN);
+        wire_family::<N, Ipv6Network>(host, pod, &ends, ip, POD_GATEWAY6, table, undo)?;
         // The host veth's link-local address is tentative (DAD) for a second or more after the
         // veth comes up, and until then the host cannot solicit the pod's address: the first
         // packets to a new pod would be dropped. A permanent entry needs no solicitation, like
@@ -344,14 +368,15 @@ fn enable_ipv6<N: NetlinkOps + ?Sized>(host: &N, pod: &N, ends: &Ends<'_>) -> Re
 }
 
 /// One family's host route and rules and the pod's address, gateway route, default route and
-/// gateway neighbour.
+/// gateway neighbour. `route_table` is the table of the address's ENI; `None` for an egress
+/// address, which gets no rules.
 fn wire_family<N, F>(
     host: &N,
     pod: &N,
     ends: &Ends<'_>,
     ip: F::Addr,
     gateway: F::Addr,
-    route_table: u32,
+    route_table: Option<u32>,
     undo: &mut Undo,
 ) -> Result<()>
 where
@@ -370,17 +395,15 @@ where
         .map_err(|e| e.with_op(format!("replace route {ip_host} dev {host_veth}{scope}")))?;
     undo.host.push(host_route.into());
 
-    add_host_rule(
-        host,
-        RuleOf::to_dst(PRIO_TO_POD, ip_host, RT_TABLE_MAIN),
-        undo,
-    )?;
-    if route_table != RT_TABLE_MAIN {
+    if let Some(table) = route_table {
         add_host_rule(
             host,
-            RuleOf::from_src(PRIO_FROM_POD, ip_host, route_table),
+            RuleOf::to_dst(PRIO_TO_POD, ip_host, RT_TABLE_MAIN),
             undo,
         )?;
+        if table != RT_TABLE_MAIN {
+            add_host_rule(host, RuleOf::from_src(PRIO_FROM_POD, ip_host, table), undo)?;
+        }
     }
 
     let idx = ends.pod_index;

@@ -22,6 +22,7 @@ fn spec(ipv4: Option<Ipv4Addr>) -> PodSpec {
         container_ifname: "eth0".into(),
         ipv4,
         ipv6: Some(IP6),
+        egress_ipv4: None,
         mtu: 9001,
         route_table: RT_TABLE_MAIN,
     }
@@ -33,6 +34,7 @@ fn expected(ipv4: Option<Ipv4Addr>, wiring: &PodWiring) -> ExpectedPod {
         host_veth: VETH.into(),
         ipv4,
         ipv6: Some(IP6),
+        egress_ipv4: None,
         route_table: RT_TABLE_MAIN,
         container_mac: Some(wiring.container_mac),
         host_mac: Some(wiring.host_mac),

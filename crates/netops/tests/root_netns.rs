@@ -23,6 +23,7 @@ fn spec(table: u32) -> PodSpec {
         container_ifname: "eth0".into(),
         ipv4: Some(IP),
         ipv6: None,
+        egress_ipv4: None,
         mtu: 9001,
         route_table: table,
     }
@@ -34,6 +35,7 @@ fn expected(table: u32, wiring: Option<&PodWiring>) -> ExpectedPod {
         host_veth: VETH.into(),
         ipv4: Some(IP),
         ipv6: None,
+        egress_ipv4: None,
         route_table: table,
         container_mac: wiring.map(|w| w.container_mac),
         host_mac: wiring.map(|w| w.host_mac),

@@ -15,6 +15,7 @@ fn expected(route_table: u32, wiring: &PodWiring) -> ExpectedPod {
         host_veth: VETH.into(),
         ipv4: Some(IP),
         ipv6: None,
+        egress_ipv4: None,
         route_table,
         container_mac: Some(wiring.container_mac),
         host_mac: Some(wiring.host_mac),

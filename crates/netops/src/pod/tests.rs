@@ -23,6 +23,7 @@ pub(crate) fn spec(route_table: u32) -> PodSpec {
         container_ifname: "eth0".into(),
         ipv4: Some(IP),
         ipv6: None,
+        egress_ipv4: None,
         mtu: 9001,
         route_table,
     }

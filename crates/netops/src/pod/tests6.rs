@@ -24,6 +24,7 @@ fn spec6(ipv4: Option<Ipv4Addr>, route_table: u32) -> PodSpec {
         container_ifname: "eth0".into(),
         ipv4,
         ipv6: Some(IP6),
+        egress_ipv4: None,
         mtu: 9001,
         route_table,
     }
@@ -239,6 +240,7 @@ fn expected(ipv4: Option<Ipv4Addr>, route_table: u32, wiring: &PodWiring) -> Exp
         host_veth: VETH.into(),
         ipv4,
         ipv6: Some(IP6),
+        egress_ipv4: None,
         route_table,
         container_mac: Some(wiring.container_mac),
         host_mac: Some(wiring.host_mac),
@@ -343,4 +345,85 @@ fn teardown_of_an_ipv6_only_pod_and_whose_address_it_is() {
         ]
     );
     assert!(host.state().v6.routes.is_empty() && host.state().v6.rules.is_empty());
+}
+
+const EGRESS: Ipv4Addr = Ipv4Addr::new(169, 254, 172, 9);
+
+#[test]
+fn an_egress_address_is_wired_as_ipv4_without_rules_and_checked_so() {
+    let (net, host, pod) = FakeNet::node_and_pod();
+    let spec = PodSpec {
+        egress_ipv4: Some(EGRESS),
+        ..spec6(None, RT_TABLE_MAIN)
+    };
+    let wiring = add6(&host, &pod, &spec).expect("ADD");
+    let egress = [
+        "host: replace route 169.254.172.9/32 dev #3 scope link",
+        "pod: add address 169.254.172.9/32 dev #2",
+        "pod: replace route 169.254.1.1/32 dev #2 scope link",
+        "pod: add route default via 169.254.1.1 dev #2",
+        "pod: replace neighbour 169.254.1.1 lladdr 02:aa:bb:cc:dd:ee dev #2 permanent",
+    ];
+    let want: Vec<String> = VETH_CALLS
+        .iter()
+        .chain(&egress)
+        .chain(&V6_CALLS)
+        .map(|c| c.to_string())
+        .collect();
+    assert_eq!(net.take_calls(), want);
+    assert!(host.state().rules.is_empty(), "no IPv4 rule");
+
+    let mut want = ExpectedPod {
+        egress_ipv4: Some(EGRESS),
+        ..expected(None, RT_TABLE_MAIN, &wiring)
+    };
+    assert_eq!(problems(&host, &pod, &want), Vec::<String>::new());
+    // A rule for it would send its packets past the SNAT; CHECK says so.
+    host.add_rule(&Rule::to_dst(
+        PRIO_TO_POD,
+        Ipv4Network::from(EGRESS),
+        RT_TABLE_MAIN,
+    ))
+    .unwrap();
+    assert_eq!(
+        problems(&host, &pod, &want),
+        ["host rule to/from 169.254.172.9 lookup main prio 512 unexpected for an egress address"]
+    );
+    want.egress_ipv4 = Some(Ipv4Addr::new(169, 254, 172, 10));
+    let found = problems(&host, &pod, &want);
+    assert!(
+        found.contains(&"pod address 169.254.172.10/32 on eth0 missing".to_string()),
+        "{found:?}"
+    );
+
+    // DEL with the egress address as the IPv4 one removes its route and the veth.
+    let report = teardown_pod_host(&host, Some(EGRESS), Some(IP6), Some(VETH)).unwrap();
+    assert!(report.veth_removed);
+    assert!(host.state().routes.is_empty());
+}
+
+#[test]
+fn an_egress_address_needs_a_pod_without_ipv4_and_a_node_local_address() {
+    let cases = [
+        (
+            Some(IP),
+            Some(IP6),
+            EGRESS,
+            "with an IPv4 address of its own",
+        ),
+        (None, Some(IP6), IP, "10.0.0.5 is not a node-local"),
+    ];
+    for (ipv4, ipv6, egress, why) in cases {
+        let spec = PodSpec {
+            ipv4,
+            ipv6,
+            egress_ipv4: Some(egress),
+            ..spec6(None, TABLE)
+        };
+        let err = validate(&spec).unwrap_err().to_string();
+        assert!(
+            err.starts_with("invalid IPv4 egress address: ") && err.contains(why),
+            "{err}"
+        );
+    }
 }

@@ -75,6 +75,9 @@ pub struct NodeNetConfig {
     pub connmark: u32,
     /// `AWS_VPC_CNI_NODE_PORT_SUPPORT` (default true): NodePort replies leave via the primary ENI.
     pub node_port_support: bool,
+    /// IPv6 mode's IPv4 egress (`ENABLE_V4_EGRESS`): the range of the pods' node-local IPv4
+    /// addresses, SNATed to `primary_ip` wherever they go outside the range.
+    pub v4_egress: Option<Ipv4Network>,
 }
 
 impl NodeNetConfig {
@@ -90,6 +93,7 @@ impl NodeNetConfig {
             veth_prefix: DEFAULT_VETH_PREFIX.to_string(),
             connmark: DEFAULT_CONNMARK,
             node_port_support: true,
+            v4_egress: None,
         }
     }
 

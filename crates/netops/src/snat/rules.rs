@@ -29,10 +29,12 @@ pub const COMMENT_CONNMARK: &str = "AWS, CONNMARK";
 pub const COMMENT_CONNMARK_CHAIN: &str = "AWS CONNMARK CHAIN";
 /// Comment of the mangle PREROUTING (NodePort) rules.
 pub const COMMENT_PRIMARY_ENI: &str = "AWS, primary ENI";
+/// Comment of the nat POSTROUTING SNAT of IPv6 pods' IPv4 egress addresses.
+pub const COMMENT_EGRESS: &str = "AWS, IPv4 egress SNAT";
 
 /// Every comment any version of the Go CNI or this crate gives its rules: a rule carrying one
 /// is ours, also when it is outside our chains.
-const OUR_COMMENTS: [&str; 7] = [
+const OUR_COMMENTS: [&str; 8] = [
     COMMENT_SNAT_CHAIN,
     COMMENT_SNAT_EXCLUSION,
     COMMENT_SNAT,
@@ -40,6 +42,7 @@ const OUR_COMMENTS: [&str; 7] = [
     COMMENT_CONNMARK,
     COMMENT_CONNMARK_CHAIN,
     COMMENT_PRIMARY_ENI,
+    COMMENT_EGRESS,
 ];
 
 /// Prefixes of our chains; older Go CNIs numbered them `-1`, `-2`, ... (one per CIDR).
@@ -153,10 +156,18 @@ impl fmt::Display for RuleSet {
 /// CIDRs, then set the connmark on new outbound pod connections), jumped to from POSTROUTING
 /// and PREROUTING, plus the restore of the mark in nat PREROUTING. mangle PREROUTING marks
 /// connections arriving on the primary ENI for a local address (NodePort) and restores the
-/// mark on traffic from pods. Call [`NodeNetConfig::validate`] first; [`super::apply`] does.
+/// mark on traffic from pods. With `v4_egress`, nat POSTROUTING also SNATs the egress range
+/// to the primary IP for every destination outside it: those addresses mean nothing beyond
+/// the node, so no VPC CIDR is exempt. Call [`NodeNetConfig::validate`] first;
+/// [`super::apply`] does.
 pub fn desired_rules(cfg: &NodeNetConfig) -> RuleSet {
     let mark = cfg.connmark;
     let pods = format!("{}+", cfg.veth_prefix);
+    let random = match cfg.randomize {
+        Randomize::Prng => " --random-fully",
+        Randomize::HashRandom => " --random",
+        Randomize::None => "",
+    };
     let mut nat = Vec::new();
     if !cfg.external_snat {
         nat.push(chain(
@@ -182,11 +193,6 @@ pub fn desired_rules(cfg: &NodeNetConfig) -> RuleSet {
                 .map(|c| (c, COMMENT_SNAT_EXCLUSION)),
         );
         let mut snat: Vec<String> = exempt.map(|(c, comment)| ret(c, comment)).collect();
-        let random = match cfg.randomize {
-            Randomize::Prng => " --random-fully",
-            Randomize::HashRandom => " --random",
-            Randomize::None => "",
-        };
         snat.push(format!(
             "! -o vlan+ -m comment --comment {} -m addrtype ! --dst-type LOCAL \
              -j SNAT --to-source {}{random}",
@@ -205,6 +211,18 @@ pub fn desired_rules(cfg: &NodeNetConfig) -> RuleSet {
             quote(COMMENT_CONNMARK)
         ));
         nat.push(chain(CONNMARK_CHAIN, connmark));
+    }
+    if let Some(range) = cfg.v4_egress {
+        let range = format!("{}/{}", range.network(), range.prefix());
+        let rule = format!(
+            "-s {range} ! -d {range} -m comment --comment {} -j SNAT --to-source {}{random}",
+            quote(COMMENT_EGRESS),
+            cfg.primary_ip
+        );
+        match nat.iter_mut().find(|c| c.name == "POSTROUTING") {
+            Some(post) => post.rules.push(rule),
+            None => nat.push(chain("POSTROUTING", vec![rule])),
+        }
     }
 
     let mut mangle_pre = Vec::new();
@@ -515,6 +533,34 @@ mod tests {
                 connmark_chain(&[]),
                 &[MANGLE_PODS]
             )
+        );
+    }
+
+    #[test]
+    fn ipv4_egress_is_snated_to_the_primary_ip_also_with_external_snat() {
+        let range: Ipv4Network = "169.254.172.0/22".parse().unwrap();
+        let egress = "-A POSTROUTING -s 169.254.172.0/22 ! -d 169.254.172.0/22 -m comment \
+                      --comment \"AWS, IPv4 egress SNAT\" -j SNAT --to-source 10.0.0.10 --random-fully";
+        let alone = NodeNetConfig {
+            external_snat: true,
+            v4_egress: Some(range),
+            ..cfg()
+        };
+        assert_eq!(desired_rules(&alone).save_lines(Table::Nat), [egress]);
+        assert!(is_our_rule(egress.strip_prefix("-A POSTROUTING ").unwrap()));
+        let both = NodeNetConfig {
+            v4_egress: Some(range),
+            ..cfg()
+        };
+        let nat = desired_rules(&both).save_lines(Table::Nat);
+        let post: Vec<&String> = nat
+            .iter()
+            .filter(|l| l.starts_with("-A POSTROUTING"))
+            .collect();
+        assert_eq!(post.len(), 2, "{nat:?}");
+        assert_eq!(
+            post[1], egress,
+            "after the SNAT chain's jump, in one POSTROUTING"
         );
     }
 
