@@ -120,6 +120,7 @@ mod tests {
             },
             ip: Some("10.0.0.9".parse().unwrap()),
             ipv6: None,
+            egress_ipv4: None,
             eni_id: "eni-1".into(),
             device_number: 0,
             route_table: RT_TABLE_MAIN,

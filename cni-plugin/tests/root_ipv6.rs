@@ -167,6 +167,7 @@ fn an_allocation_without_any_address_is_a_clear_error() {
                 pod: add.pod.clone(),
                 ip: None,
                 ipv6: None,
+                egress_ipv4: None,
                 eni_id: "eni-1".into(),
                 device_number: 0,
                 route_table: 254,

@@ -137,6 +137,10 @@ pub struct Config {
     pub subnet_discovery: bool,
     /// `ENABLE_IPv4` and `ENABLE_IPv6`: which addresses pods get.
     pub ip_family: IpFamily,
+    /// `ENABLE_V4_EGRESS` (default true) in IPv6 mode: each pod also gets a node-local IPv4
+    /// address of 169.254.172.0/22, SNATed to the node's IPv4 address, to reach IPv4-only
+    /// destinations. Always false in the other modes, where pods have a VPC IPv4 address.
+    pub v4_egress: bool,
 }
 
 /// Which VPC addresses pods get.
@@ -221,22 +225,6 @@ pub fn ignored_settings(get: impl Fn(&str) -> Option<String>) -> Vec<String> {
                 .then(|| format!("{var}={value:?} is not supported by vpc-cni and has no effect"))
         })
         .collect()
-}
-
-/// A warning when IPv6 mode is asked to give pods IPv4 egress (`ENABLE_V4_EGRESS`, on by
-/// default in aws-node's IPv6 mode), which ipamd does not do yet: IPv6 pods then reach IPv6
-/// destinations only.
-pub fn v4_egress_warning(family: IpFamily, get: impl Fn(&str) -> Option<String>) -> Option<String> {
-    let value = get("ENABLE_V4_EGRESS").map(|v| v.trim().to_string());
-    let off = value.as_deref().is_some_and(|v| FALSE.contains(&v));
-    (family == IpFamily::V6 && !off).then(|| {
-        format!(
-            "ENABLE_V4_EGRESS={} (aws-node's default in IPv6 mode): IPv4 egress for IPv6 pods is not \
-             implemented yet, so they reach IPv6 destinations only; set ENABLE_V4_EGRESS=false to \
-             silence this",
-            value.as_deref().unwrap_or("true")
-        )
-    })
 }
 
 /// Reads typed values through a variable lookup; every error names its variable and value.
@@ -486,7 +474,7 @@ impl Config {
         let env = Env { get };
         let (additional_eni_tags, dropped_eni_tags) =
             env.parsed("ADDITIONAL_ENI_TAGS", "{}", eni_tags)?;
-        let config = Config {
+        let mut config = Config {
             socket: env.absolute_path("IPAMD_SOCKET", ipam_proto::DEFAULT_SOCKET)?,
             state_dir: env.absolute_path("IPAMD_STATE_DIR", "/run/vpc-cni/state")?,
             ip_cooldown: Duration::from_secs(env.uint("IP_COOLDOWN_PERIOD", 30)?.into()),
@@ -553,11 +541,15 @@ impl Config {
             },
             subnet_discovery: env.boolean("ENABLE_SUBNET_DISCOVERY", true)?,
             ip_family: ip_family(&env)?,
+            v4_egress: false,
             go_cni_checkpoint: PathBuf::from(
                 env.raw("AWS_VPC_K8S_CNI_BACKING_STORE")
                     .unwrap_or_else(|| "/var/run/aws-node/ipam.json".into()),
             ),
         };
+        // Read in every mode, so a bad value is an error wherever it is set.
+        let v4_egress = env.boolean("ENABLE_V4_EGRESS", true)?;
+        config.v4_egress = config.ip_family == IpFamily::V6 && v4_egress;
         if config.ip_family == IpFamily::V6 && config.custom_networking {
             // As aws-node: custom networking chooses the subnet of pods' IPv4 addresses, and
             // IPv6 pods have none; their addresses come from the primary ENI's /80.
@@ -608,24 +600,19 @@ mod tests {
     }
 
     #[test]
-    fn ipv6_mode_warns_that_ipv4_egress_is_missing_unless_turned_off() {
-        let get = |v: Option<&'static str>| {
-            move |k: &str| {
-                (k == "ENABLE_V4_EGRESS")
-                    .then_some(v)
-                    .flatten()
-                    .map(String::from)
-            }
-        };
-        assert!(v4_egress_warning(IpFamily::V6, get(None)).is_some());
-        assert!(v4_egress_warning(IpFamily::V6, get(Some("true"))).is_some());
-        assert_eq!(v4_egress_warning(IpFamily::V6, get(Some("false"))), None);
-        assert_eq!(v4_egress_warning(IpFamily::V4, get(None)), None);
+    fn ipv4_egress_is_on_by_default_in_ipv6_mode_only() {
+        let egress = |pairs: &[(&str, &str)]| parse(pairs).map(|c| c.v4_egress);
+        let v6 = ("ENABLE_IPv6", "true");
+        assert_eq!(egress(&[v6]), Ok(true));
+        assert_eq!(egress(&[v6, ("ENABLE_V4_EGRESS", "false")]), Ok(false));
+        assert_eq!(egress(&[]), Ok(false), "IPv4 pods need none");
         assert_eq!(
-            v4_egress_warning(IpFamily::Dual, get(None)),
-            None,
+            egress(&[v6, ("ENABLE_IPv4", "true")]),
+            Ok(false),
             "dual-stack pods have IPv4"
         );
+        let err = egress(&[("ENABLE_V4_EGRESS", "maybe")]).unwrap_err();
+        assert_eq!(err.var, "ENABLE_V4_EGRESS");
     }
 
     #[test]

@@ -46,6 +46,7 @@ pub fn allocation(
         },
         ip: v4.map(|a| a.ip),
         ipv6: v6.map(|a| a.ip),
+        egress_ipv4: v6.and_then(|a| a.egress_v4),
         eni_id: eni_id.clone(),
         // An IPv6-only pod's address is on the primary ENI, routed by the main table.
         device_number: v4.map_or(0, |a| a.device_number),

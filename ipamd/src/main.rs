@@ -13,7 +13,7 @@ use cloud::throttle::{ThrottlePolicy, Throttled};
 use cluster::{ClusterView, KubeCluster};
 use introspect::{Bind, Metrics};
 use ipamd::clock::SystemClock;
-use ipamd::config::{BindAddress, Config, ignored_settings, v4_egress_warning};
+use ipamd::config::{BindAddress, Config, ignored_settings};
 use ipamd::host::{HostNetwork, NetlinkHost};
 use ipamd::install::{self, CONFLIST_NAME, ConflistSettings};
 use ipamd::surface::{self, DaemonSource, Ec2Metrics};
@@ -205,9 +205,6 @@ fn run(started: Instant, install: Option<Install>) -> anyhow::Result<ExitCode> {
         );
     }
     for warning in ignored_settings(|k| std::env::var(k).ok()) {
-        warn!("{warning}");
-    }
-    if let Some(warning) = v4_egress_warning(config.ip_family, |k| std::env::var(k).ok()) {
         warn!("{warning}");
     }
     // Everything the entrypoint needs is checked before ipamd starts: a bad setting fails at

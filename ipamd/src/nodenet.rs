@@ -1,6 +1,6 @@
 //! Node-wide network setup on the real node: the primary ENI's link MTU, then SNAT, connmark,
-//! the prio-1024 fwmark rule and rp_filter (netops::snat), and IPv6 forwarding in IPv6 mode,
-//! all idempotent.
+//! the prio-1024 fwmark rule and rp_filter (netops::snat), and IPv6 forwarding in IPv6 mode
+//! (IPv4 forwarding too with IPv4 egress), all idempotent.
 
 use netops::snat::{self, NodeNetConfig, SystemRunner};
 use netops::{Netlink, parse_mac};
@@ -25,6 +25,11 @@ pub fn setup(net: &NodeNet) -> Result<Vec<String>, HostError> {
     if net.ipv6 {
         changes.extend(ipv6_sysctls(&link.name)?);
     }
+    if net.snat.v4_egress.is_some() {
+        // IPv6 pods' IPv4 egress is forwarded from their veths to the primary ENI, as
+        // aws-node's egress plugin turns it on.
+        changes.extend(ensure_sysctls(&[("net/ipv4/ip_forward".to_string(), "1")])?);
+    }
 
     let runner = SystemRunner;
     let backend = snat::detect_backend(&runner)?;
@@ -42,13 +47,18 @@ pub fn setup(net: &NodeNet) -> Result<Vec<String>, HostError> {
 /// the pods' veths and the primary ENI, and router advertisements still accepted on the primary
 /// ENI although forwarding is on (`accept_ra=2`), so the node keeps its default route.
 fn ipv6_sysctls(primary_if: &str) -> Result<Vec<String>, HostError> {
-    let settings = [
+    ensure_sysctls(&[
         ("net/ipv6/conf/all/disable_ipv6".to_string(), "0"),
         ("net/ipv6/conf/all/forwarding".to_string(), "1"),
         (format!("net/ipv6/conf/{primary_if}/accept_ra"), "2"),
-    ];
+    ])
+}
+
+/// Writes each `/proc/sys` setting that differs; returns what changed.
+fn ensure_sysctls(settings: &[(String, &str)]) -> Result<Vec<String>, HostError> {
     let mut changes = Vec::new();
     for (key, value) in settings {
+        let value = *value;
         // The DaemonSet's ipamd sees /proc/sys read-only; `ipamd init` has set these already.
         if snat::ensure_sysctl(&format!("/proc/sys/{key}"), value)?.is_some() {
             changes.push(format!("{} = {value}", key.replace('/', ".")));

@@ -3,8 +3,8 @@
 
 mod support;
 
-use std::collections::BTreeMap;
-use std::net::Ipv6Addr;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use cloud::{CloudError, Subnet};
@@ -327,4 +327,82 @@ async fn after_the_store_is_lost_a_routed_ipv6_pod_keeps_its_address() {
             .iter()
             .all(|a| a.ip != held)
     );
+}
+
+#[tokio::test]
+async fn ipv6_pods_get_distinct_ipv4_egress_addresses_kept_across_a_restart() {
+    let node = v6_node();
+    let egress: Vec<Ipv4Addr> = {
+        let d = node.start(V6).await;
+        let mut egress = Vec::new();
+        for n in 0..4 {
+            let a = allocate(&d, n).await;
+            egress.push(
+                a.egress_ipv4
+                    .expect("IPv4 egress is on by default in IPv6 mode"),
+            );
+        }
+        d.flush().await.unwrap();
+        egress
+    };
+    let unique: BTreeSet<Ipv4Addr> = egress.iter().copied().collect();
+    assert_eq!(unique.len(), egress.len(), "{egress:?}");
+    assert!(egress.iter().all(|e| pool::EGRESS_V4_RANGE.contains(*e)));
+
+    let d = node.start(V6).await;
+    for (n, e) in egress.iter().enumerate() {
+        assert_eq!(
+            allocate(&d, n as u32).await.egress_ipv4,
+            Some(*e),
+            "pod {n}"
+        );
+    }
+    // Released, an egress address cools with its IPv6 address.
+    match d.handle(del(0)).await.unwrap() {
+        Reply::Del(r) => assert_eq!(r.released.unwrap().egress_ipv4, Some(egress[0])),
+        other => panic!("{other:?}"),
+    }
+    assert_ne!(allocate(&d, 9).await.egress_ipv4, Some(egress[0]));
+}
+
+#[tokio::test]
+async fn no_egress_address_when_turned_off_or_for_dual_stack_pods() {
+    let node = v6_node();
+    let off = [("ENABLE_IPv6", "true"), ("ENABLE_V4_EGRESS", "false")];
+    let d = node.start(&off).await;
+    let a = allocate(&d, 1).await;
+    assert!(a.ipv6.is_some() && a.egress_ipv4.is_none(), "{a:?}");
+    drop(d);
+
+    let node = v6_node();
+    let d = node.start(DUAL).await;
+    let a = allocate(&d, 1).await;
+    assert!(a.ip.is_some() && a.egress_ipv4.is_none(), "{a:?}");
+}
+
+#[tokio::test]
+async fn after_the_store_is_lost_a_routed_ipv6_pod_keeps_its_egress_address_too() {
+    let node = v6_node();
+    let held = {
+        let d = node.start(V6).await;
+        allocate(&d, 1).await
+    };
+    let (ip6, egress) = (held.ipv6.unwrap(), held.egress_ipv4.unwrap());
+    std::fs::remove_dir_all(node.dir.path().join("state")).unwrap();
+    for ip in [IpAddr::V6(ip6), IpAddr::V4(egress)] {
+        node.host
+            .routes
+            .lock()
+            .unwrap()
+            .push((ip, "enia1b2c3".to_string()));
+    }
+    let d = node.start(V6).await;
+    let adopted = d.pool_snapshot().v6().allocations();
+    assert_eq!(
+        adopted.len(),
+        1,
+        "one pod, not an IPv4 one besides: {adopted:?}"
+    );
+    assert_eq!((adopted[0].ip, adopted[0].egress_v4), (ip6, Some(egress)));
+    assert_ne!(allocate(&d, 2).await.egress_ipv4, Some(egress));
 }

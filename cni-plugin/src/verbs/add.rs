@@ -42,7 +42,11 @@ pub fn run(att: &Attachment, client: &Client) -> Result<CniResult, CniError> {
     let allocation = reply.allocation;
     let addresses = allocation.addresses();
     info!(
-        "ipamd assigned {addresses} (ENI {}, device {}, table {}{}) to {}",
+        "ipamd assigned {addresses}{} (ENI {}, device {}, table {}{}) to {}",
+        allocation
+            .egress_ipv4
+            .map(|e| format!(" with IPv4 egress {e}"))
+            .unwrap_or_default(),
         allocation.eni_id,
         allocation.device_number,
         allocation.route_table,
@@ -112,6 +116,7 @@ fn already_wired(att: &Attachment, allocation: &Allocation) -> Option<Wired> {
         host_veth: att.host_veth.clone(),
         ipv4: allocation.ip,
         ipv6: allocation.ipv6,
+        egress_ipv4: allocation.egress_ipv4,
         route_table: allocation.route_table,
         container_mac: None,
         host_mac: None,
@@ -145,6 +150,7 @@ fn wire(att: &Attachment, allocation: &Allocation) -> Result<Wired, SetupFailure
         container_ifname: att.inv.ifname.clone(),
         ipv4: allocation.ip,
         ipv6: allocation.ipv6,
+        egress_ipv4: allocation.egress_ipv4,
         mtu: att.conf.mtu,
         route_table: allocation.route_table,
     };

@@ -49,6 +49,7 @@ fn check(att: &Attachment, client: &Client) -> Result<(), CniError> {
         host_veth: recorded.host_veth.unwrap_or_else(|| att.host_veth.clone()),
         ipv4: allocation.ip,
         ipv6: allocation.ipv6,
+        egress_ipv4: allocation.egress_ipv4,
         route_table: allocation.route_table,
         container_mac: recorded.container_mac.as_deref().and_then(parse_mac),
         host_mac: recorded.host_mac.as_deref().and_then(parse_mac),

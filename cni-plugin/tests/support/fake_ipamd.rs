@@ -89,6 +89,7 @@ impl FakeIpamd {
                         pod: add.pod.clone(),
                         ip,
                         ipv6,
+                        egress_ipv4: None,
                         eni_id: format!("eni-{route_table}"),
                         device_number: if route_table == 254 {
                             0

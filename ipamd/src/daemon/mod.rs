@@ -252,6 +252,7 @@ pub fn node_net(config: &Config, identity: &NodeIdentity) -> NodeNet {
             veth_prefix: config.veth_prefix.clone(),
             connmark: config.connmark,
             node_port_support: config.node_port_support,
+            v4_egress: config.v4_egress.then_some(pool::EGRESS_V4_RANGE),
         },
     }
 }
@@ -302,6 +303,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             // Pods get addresses of the ENIConfig's subnet only.
             pool.exclude_from_pods([identity.primary_eni.eni_id.clone()].into());
         }
+        pool.v6_mut()
+            .set_egress_range(config.v4_egress.then_some(pool::EGRESS_V4_RANGE));
         for issue in &issues {
             warn!(?issue, "stored state repaired");
         }

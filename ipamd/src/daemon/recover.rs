@@ -5,11 +5,11 @@
 //! released by the periodic reconciliation once their route is gone (the plugin asks ipamd
 //! first and removes the route after, so a DEL cannot be the moment to look).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
 
 use cloud::{Ec2, Imds};
-use pool::{AttachmentKey, PodInfo, StateStore};
+use pool::{AttachmentKey, EGRESS_V4_RANGE, PodInfo, StateStore};
 use tracing::{error, info, warn};
 
 use super::{Daemon, lock};
@@ -52,6 +52,18 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             }
         };
         let now = self.clock.now();
+        // An IPv6 pod's egress address is routed through its veth too; it is adopted with the
+        // pod's IPv6 address, never on its own.
+        let (egress, routes): (Vec<_>, Vec<_>) = routes
+            .into_iter()
+            .partition(|(ip, _)| matches!(ip, IpAddr::V4(v4) if EGRESS_V4_RANGE.contains(*v4)));
+        let egress_of: HashMap<String, Ipv4Addr> = egress
+            .into_iter()
+            .filter_map(|(ip, link)| match ip {
+                IpAddr::V4(v4) => Some((link, v4)),
+                IpAddr::V6(_) => None,
+            })
+            .collect();
         let (adopted, unknown) = self
             .persist(|pool| {
                 let held: BTreeSet<IpAddr> = pool
@@ -70,7 +82,13 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                             .map_err(|e| e.to_string()),
                         IpAddr::V6(v6) => pool
                             .v6_mut()
-                            .adopt(&key, &PodInfo::default(), v6, now)
+                            .adopt(
+                                &key,
+                                &PodInfo::default(),
+                                v6,
+                                egress_of.get(&link).copied(),
+                                now,
+                            )
                             .map(|(_, m)| m)
                             .ok_or_else(|| "not in an IPv6 prefix of this node".to_string()),
                     };
