@@ -325,8 +325,10 @@ fn ipv6_sigkills_during_parallel_churn_never_duplicate_or_leak_an_address() {
     let node = vbox.node(1);
     let pods = node.get_json(&format!("{}/v1/pods", e2e::INTROSPECT));
     assert_eq!(pods, json!([]), "addresses still held after GC");
-    let routes: Vec<String> = e2e::ip(&["-n", &node.netns, "-6", "route", "show"])
-        .into_iter()
+    // IPv6 routes, and the IPv4 egress addresses' routes.
+    let routes: Vec<String> = ["-6", "-4"]
+        .iter()
+        .flat_map(|family| e2e::ip(&["-n", &node.netns, family, "route", "show"]))
         .filter(|l| l.contains(" dev eni"))
         .collect();
     assert!(routes.is_empty(), "pod routes left: {routes:?}");

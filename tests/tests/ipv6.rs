@@ -127,6 +127,7 @@ fn ipv6_pods_on_two_nodes_reach_each_other_the_nodes_and_the_outside_and_survive
     require_root();
     let vbox = VpcBox::up(&["--nodes", "2", "--ip-family", "ipv6"]);
     let mut pods = Vec::new();
+    let mut egress_of = Vec::new();
     for node in [1, 2] {
         let prefixes = delegated(&vbox, node);
         assert_eq!(prefixes.len(), 1, "one /80 on node {node}: {prefixes:?}");
@@ -138,6 +139,12 @@ fn ipv6_pods_on_two_nodes_reach_each_other_the_nodes_and_the_outside_and_survive
             assert!(in_prefix(ip, &prefixes[0]), "{ip} not in {}", prefixes[0]);
             let allocation = held(&vbox, node, &pod).expect("ipamd holds the pod's address");
             assert_eq!((allocation.ip, allocation.ipv6), (None, Some(ip)));
+            let egress = allocation.egress_ipv4.expect("an IPv4 egress address");
+            assert!(
+                egress.octets()[..2] == [169, 254] && (172..176).contains(&egress.octets()[2]),
+                "{egress} is not in 169.254.172.0/22"
+            );
+            egress_of.push((node, egress));
             pods.push((pod, vec![ip.to_string()]));
         }
     }
@@ -155,6 +162,38 @@ fn ipv6_pods_on_two_nodes_reach_each_other_the_nodes_and_the_outside_and_survive
     targets.push(outside);
     let failures = unreachable(&pods, &targets);
     assert!(failures.is_empty(), "unreachable: {failures:?}");
+
+    // IPv4 egress: each pod reaches the IPv4-only outside through its node-local address,
+    // which the outside never sees: it sees the pod's node.
+    let node_v4: Vec<String> = [1, 2]
+        .iter()
+        .map(|&i| vbox.node(i).primary_ip.to_string())
+        .collect();
+    let egress_ips: Vec<String> = egress_of.iter().map(|(_, e)| e.to_string()).collect();
+    let watched: Vec<&str> = node_v4
+        .iter()
+        .chain(&egress_ips)
+        .map(String::as_str)
+        .collect();
+    vbox.watch_outside_sources(&watched);
+    let outside_v4 = vbox.outside().ip.to_string();
+    for (pod, own) in &pods {
+        assert!(
+            ping_from(&pod.netns, &outside_v4),
+            "{own:?} cannot reach the outside's IPv4 address {outside_v4}"
+        );
+    }
+    for (i, ip) in node_v4.iter().enumerate() {
+        let sent = egress_of.iter().filter(|(n, _)| *n == i + 1).count() as u64;
+        assert!(
+            vbox.outside_seen_from(ip) >= sent,
+            "the outside did not see node {} ({ip}) for its pods",
+            i + 1
+        );
+    }
+    for ip in &egress_ips {
+        assert_eq!(vbox.outside_seen_from(ip), 0, "the outside saw {ip}");
+    }
 
     // SIGKILL ipamd on node 1: its pods keep their addresses, and a new pod gets another.
     let before: Vec<_> = pods
