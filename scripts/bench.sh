@@ -8,7 +8,8 @@
 #   --runs N    hyperfine runs per latency figure are 10 x N; concurrency, cold-ADD and RSS
 #               runs are N (default 5).
 #   --only ...  run only these sections and print the results; docs/benchmarks.md is written
-#               only by a full run. Sections: latency, concurrency, rss, size, cold, churn.
+#               only by a full run. Sections: latency, concurrency, rss, size, cold, churn,
+#               brain.
 #
 # Needs root (network namespaces). Installs hyperfine and containernetworking-plugins.
 set -euo pipefail
@@ -25,7 +26,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "--runs must be a positive number"
-ALL_SECTIONS="latency concurrency rss size cold churn"
+ALL_SECTIONS="latency concurrency rss size cold churn brain"
 for s in ${ONLY//,/ }; do
   [[ " $ALL_SECTIONS " == *" $s "* ]] || die "unknown section '$s' (sections: $ALL_SECTIONS)"
 done
@@ -379,6 +380,31 @@ bench_size() {
     "| ipamd (the node daemon) | $(mib $((i / 1024))) MiB |" ""
 }
 
+# --- section: the pool's brain (criterion) -----------------------------------------------------
+bench_brain() {
+  local out=$WORK/criterion.txt rows=() line name est
+  (cd "$REPO" && cargo bench --locked --quiet -p pool --bench pool -- --warm-up-time 1 \
+    --measurement-time 3) >"$out" 2>&1 || { cat "$out"; die "cargo bench -p pool failed"; }
+  # criterion prints "<group>/<size>" then "time: [low estimate high]" (a 95% interval).
+  while IFS= read -r line; do
+    case $line in
+      "assign + release/"*|"plan/"*) name=${line%%time:*}; name=${name%"${name##*[![:space:]]}"};;
+    esac
+    if [[ $line == *"time:"* ]]; then
+      est=$(sed -E 's/.*time: +\[[^ ]+ [^ ]+ ([^ ]+ [^ ]+) .*/\1/' <<<"$line")
+      rows+=("| ${name%%/*} | ${name#*/} addresses | $est |")
+      record "pool ${name}: $est"
+    fi
+  done <"$out"
+  [ ${#rows[@]} -eq 4 ] || { cat "$out"; die "expected 4 criterion results, got ${#rows[@]}"; }
+  doc "## The pool's brain" "" \
+    "\`cargo bench -p pool --bench pool -- --warm-up-time 1 --measurement-time 3\` (criterion, release" \
+    "build): one assign and release of an address, and one plan, on a pool whose addresses are half" \
+    "held by pods: 250 secondary /32s on five ENIs, and 2,048 addresses in 128 /28 prefixes on eight" \
+    "ENIs. The figure is criterion's estimate of the mean." "" \
+    "| Operation | Pool | Time |" "|---|---|---|" "${rows[@]}" ""
+}
+
 # --- section: cold ADD ----------------------------------------------------------------------
 cold_add() { # node-netns pod-netns-prefix pod-index -> ns timestamp at which the ADD returned
   local node=$1 prefix=$2 i=$3 out
@@ -490,6 +516,7 @@ want rss && bench_rss
 want size && bench_size
 want cold && bench_cold
 want churn && bench_churn
+want brain && bench_brain
 
 echo
 echo "Results"
