@@ -56,7 +56,8 @@ fn pool(enis: u8, per_eni: u8, prefixes: bool) -> Pool {
     }
     let total = p.counts(NOW).total;
     for n in 0..total / 2 {
-        p.assign(&key(n), &PodInfo::default(), NOW).expect("an address");
+        p.assign(&key(n), &PodInfo::default(), NOW)
+            .expect("an address");
     }
     p
 }
