@@ -10,7 +10,7 @@
 //! destinations SNATed to the node. It lives and dies with its IPv6 address, in the same
 //! record, so it is persisted, cooled and released with it and can never outlive it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
@@ -156,8 +156,8 @@ pub struct Pool6 {
     egress_range: Option<Ipv4Network>,
     /// The egress address of each kept IPv6 address that has one.
     egress_of: BTreeMap<Ipv6Addr, Ipv4Addr>,
-    /// The egress addresses in `egress_of`.
-    egress_used: BTreeSet<Ipv4Addr>,
+    /// `egress_of` the other way round: which kept address holds each egress address.
+    egress_used: BTreeMap<Ipv4Addr, Ipv6Addr>,
 }
 
 impl Pool6 {
@@ -228,12 +228,7 @@ impl Pool6 {
             };
             pool.slots.insert(ip, state);
             if let Some(egress) = egress_v4 {
-                let holder = pool
-                    .egress_used
-                    .contains(&egress)
-                    .then(|| pool.egress_of.iter().find(|(_, e)| **e == egress))
-                    .flatten();
-                if let Some((&kept, _)) = holder {
+                if let Some(&kept) = pool.egress_used.get(&egress) {
                     issues.push(RestoreIssue6::DuplicateEgress {
                         egress,
                         kept,
@@ -401,7 +396,7 @@ impl Pool6 {
         };
         self.slots.insert(ip, state);
         self.by_key.insert(key.clone(), ip);
-        if let Some(e) = egress.filter(|e| !self.egress_used.contains(e)) {
+        if let Some(e) = egress.filter(|e| !self.egress_used.contains_key(e)) {
             self.set_egress(ip, e);
         }
         let allocation = self.allocation_at(ip)?;
@@ -543,7 +538,7 @@ impl Pool6 {
 
     fn set_egress(&mut self, ip: Ipv6Addr, egress: Ipv4Addr) {
         self.egress_of.insert(ip, egress);
-        self.egress_used.insert(egress);
+        self.egress_used.insert(egress, ip);
     }
 
     /// Drops a kept address and its egress address; returns its state.
@@ -561,7 +556,7 @@ impl Pool6 {
         let size = 1u32 << (32 - u32::from(range.prefix()));
         (1..size.saturating_sub(1))
             .map(|o| Ipv4Addr::from(base + o))
-            .find(|ip| !self.egress_used.contains(ip))
+            .find(|ip| !self.egress_used.contains_key(ip))
     }
 
     /// The address after the highest one kept in `prefix`; when that runs past the end, the
