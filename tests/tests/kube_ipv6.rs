@@ -267,6 +267,16 @@ fn check_ipv6_cluster(vbox: &VpcBox) {
     }
 }
 
+/// The outside's IPv4 and IPv6 addresses: an IPv6 pod reaches the first through its IPv4
+/// egress address (ENABLE_V4_EGRESS, on by default in IPv6 mode).
+fn outside(vbox: &VpcBox) -> [String; 2] {
+    let out = vbox.outside();
+    [
+        out.ip.to_string(),
+        out.ipv6.expect("the outside's IPv6 address").to_string(),
+    ]
+}
+
 fn ipv6_only(p: &RunningPod) -> Vec<IpAddr> {
     vec![IpAddr::V6(p.ipv6())]
 }
@@ -302,13 +312,15 @@ fn an_ipv6_cluster_gives_pods_their_nodes_ipv6_addresses_and_they_reach_each_oth
     }
     check_ipv6_addresses(&vbox, &pods, &wide);
 
-    // Every pod reaches every other pod, both nodes and the API server, over IPv6; and a pod
-    // answers another node's pod over TCP.
+    // Every pod reaches every other pod, both nodes and the API server over IPv6, and the
+    // outside over IPv6 and, through its egress address, IPv4; and a pod answers another
+    // node's pod over TCP.
     let mut extra: Vec<String> = [vbox.node(1), vbox.node(2)]
         .iter()
         .map(|n| n.primary_ipv6.expect("a primary IPv6 address").to_string())
         .collect();
     extra.push(API_IP6.to_string());
+    extra.extend(outside(&vbox));
     check_pings(&vbox, &pods, ipv6_only, &extra);
     let server = &pods[0];
     let client = pods
@@ -488,5 +500,5 @@ fn the_shipped_daemonset_runs_an_ipv6_cluster() {
 
     let (pods, wide) = run_pods(&vbox, "ds6", 2);
     check_ipv6_addresses(&vbox, &pods, &wide);
-    check_pings(&vbox, &pods, ipv6_only, &[]);
+    check_pings(&vbox, &pods, ipv6_only, &outside(&vbox));
 }
