@@ -4,7 +4,8 @@
 #   1. every YAML under config/ passes `kubernetes-validate --strict` for Kubernetes 1.25.0 and
 #      1.37.0 (PyPI kubernetes-validate, installed into the suite's venv);
 #   2. config/10-vpc-cni.conflist is JSON with cniVersion 1.0.0 and network name aws-cni, runs
-#      vpc-cni first with the socket the DaemonSet gives ipamd, and chains portmap;
+#      vpc-cni first with the socket the DaemonSet gives ipamd, and chains portmap; the
+#      DaemonSet's containers (init included) agree on ENABLE_IPv4 and ENABLE_IPv6;
 #   3. config/iam-policy.json allows exactly the EC2 operations that crates/cloud/src calls:
 #      every `.op()` there that is an operation of aws-sdk-ec2 (the SDK's own list, from its
 #      sources at the version Cargo.lock pins), named as the SDK names it (`describe_subnets` ->
@@ -133,6 +134,20 @@ for e in envs:
     if e.get("value") != socket:
         print(f"{daemonset_path}: IPAMD_SOCKET is {e.get('value')!r} but {conflist_path} "
               f"has ipamdSocket {socket!r}")
+
+# The init container sets the node up for the pods' family (IPv6 mode needs its sysctls, which
+# ipamd's unprivileged container cannot write): both containers name the same one.
+for d in docs:
+    if d.get("kind") != "DaemonSet":
+        continue
+    spec = d["spec"]["template"]["spec"]
+    for var in ("ENABLE_IPv4", "ENABLE_IPv6"):
+        values = {
+            c.get("name"): next((e.get("value") for e in c.get("env", []) if e.get("name") == var), None)
+            for c in spec.get("initContainers", []) + spec.get("containers", [])
+        }
+        if len(set(values.values())) != 1 or None in values.values():
+            print(f"{daemonset_path}: {var} must be set to one value in every container: {values}")
 EOF
 )
 report_lines "$out"

@@ -20,6 +20,15 @@ KUBE_LINK_PREFIX=30
 KUBE_API_PORT=6443
 # Outside every VPC CIDR the box uses, as EKS picks 172.20.0.0/16 for VPCs in 10.0.0.0/8.
 KUBE_SERVICE_CIDR=172.20.0.0/16
+# With IPv6 (--ip-family ipv6|dual): the endpoint's IPv6 address (a documentation address in
+# 2001:db8:8000::/33, the half vpc-sim leaves for what lies beyond the VPC; the VPC routes it
+# to the control plane by a /128 more specific than its default route to the outside), the
+# link-local addresses of the same veth, and a ULA service range: a /108, the largest
+# kube-apiserver 1.20 takes.
+KUBE_API_IP6=2001:db8:ffff:113::10
+KUBE_LINK6_VPC=fe80::5
+KUBE_LINK6_CP=fe80::6
+KUBE_SERVICE_CIDR6=fd00:172:20::/108
 # The global sysctls kubelet 1.20 rewrites at start (setupKernelTunables); each node sees a
 # writable copy instead, so the machine's values never change (kernel.panic_on_oops=1 would
 # turn any oops into a reboot).
@@ -42,6 +51,18 @@ KUBE_DS_NS=kube-system
 
 kube_cp_netns() { echo "$1-cp"; }
 kube_kubeconfig() { echo "$1/kube/admin.kubeconfig"; }
+
+# The box's family (vpc-sim's ip_family): ipv4, ipv6 or dual.
+kube_family() { jq -r '.ip_family // "ipv4"' "$1/sim/sim.json"; } # dir
+
+# The API server's URL: its IPv6 address in an IPv6 cluster, else its IPv4 address.
+kube_server() { # family
+  if [ "$1" = ipv6 ]; then
+    echo "https://[$KUBE_API_IP6]:$KUBE_API_PORT"
+  else
+    echo "https://$KUBE_API_IP:$KUBE_API_PORT"
+  fi
+}
 
 # kubectl as the box's administrator, from the control-plane namespace. Its discovery cache
 # is the box's, not ~/.kube's.
@@ -170,17 +191,32 @@ kube_cgroup() { # dir root
 }
 
 kube_cp_up() { # dir name
-  local dir=$1 name=$2 cp=$1/kube ns token holder
+  local dir=$1 name=$2 cp=$1/kube ns token holder family at=$KUBE_API_IP
+  local vpc6="" cp6="" api=()
   ns=$(kube_cp_netns "$name")
+  family=$(kube_family "$dir")
   mkdir -p "$cp/pki" "$cp/etcd"
   echo "$ns" >>"$dir/namespaces"
-  say "starting the control plane in $ns at $KUBE_API_IP"
+  [ "$family" = ipv4 ] || at="$KUBE_API_IP and $KUBE_API_IP6"
+  say "starting the control plane in $ns at $at"
   ip netns add "$ns"
+  if [ "$family" != ipv4 ]; then
+    # The API server is reached over IPv6 too: nodes and pods send to its /128 through the
+    # VPC's router, which has IPv6 on (vpc-sim turns it on with the family).
+    nsenter --net="/run/netns/$ns" sysctl -q -w net.ipv6.conf.all.disable_ipv6=0 \
+      net.ipv6.conf.default.disable_ipv6=0 >/dev/null || die "could not turn IPv6 on in $ns"
+    vpc6="addr add $KUBE_LINK6_VPC/64 dev vpc-cp nodad
+route add $KUBE_API_IP6/128 via $KUBE_LINK6_CP dev vpc-cp"
+    cp6="addr add $KUBE_API_IP6/128 dev lo nodad
+addr add $KUBE_LINK6_CP/64 dev eth0 nodad
+route add ::/0 via $KUBE_LINK6_VPC dev eth0 src $KUBE_API_IP6"
+  fi
   ip -n "$name-vpc" -batch - <<EOF
 link add vpc-cp type veth peer name eth0 netns $ns
 addr add $KUBE_LINK_VPC/$KUBE_LINK_PREFIX dev vpc-cp
 link set vpc-cp up
 route add $KUBE_API_IP/32 via $KUBE_LINK_CP dev vpc-cp
+$vpc6
 EOF
   ip -n "$ns" -batch - <<EOF
 link set lo up
@@ -188,7 +224,20 @@ addr add $KUBE_API_IP/32 dev lo
 addr add $KUBE_LINK_CP/$KUBE_LINK_PREFIX dev eth0
 link set eth0 up
 route add default via $KUBE_LINK_VPC dev eth0 src $KUBE_API_IP
+$cp6
 EOF
+  # What differs by family: where the API server is advertised and listens (:: takes both
+  # families), the service range(s), and 1.20's alpha dual-stack gate.
+  case $family in
+    ipv4) api=(--advertise-address "$KUBE_API_IP" --bind-address 0.0.0.0
+               --service-cluster-ip-range "$KUBE_SERVICE_CIDR");;
+    ipv6) api=(--advertise-address "$KUBE_API_IP6" --bind-address ::
+               --service-cluster-ip-range "$KUBE_SERVICE_CIDR6");;
+    dual) api=(--advertise-address "$KUBE_API_IP" --bind-address ::
+               --service-cluster-ip-range "$KUBE_SERVICE_CIDR,$KUBE_SERVICE_CIDR6"
+               --feature-gates IPv6DualStack=true);;
+    *) die "unknown IP family '$family' in $dir/sim/sim.json";;
+  esac
   token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
   (
     umask 077
@@ -201,7 +250,7 @@ kind: Config
 clusters:
 - name: $name
   cluster:
-    server: https://$KUBE_API_IP:$KUBE_API_PORT
+    server: $(kube_server "$family")
     insecure-skip-tls-verify: true
 users:
 - name: box-admin
@@ -227,31 +276,30 @@ EOF
   # AlwaysAllow and a static system:masters token: a test cluster. InternalIP first, so exec
   # and logs reach a kubelet at the node's address rather than a name nothing resolves.
   kube_start "$dir" "$holder" kube-apiserver "$cp/kube-apiserver.log" "$KUBE_CACHE/bin/kube-apiserver" \
-    --advertise-address "$KUBE_API_IP" --bind-address 0.0.0.0 --secure-port "$KUBE_API_PORT" \
-    --insecure-port 0 --cert-dir "$cp/pki" --etcd-servers http://127.0.0.1:2379 \
+    "${api[@]}" --secure-port "$KUBE_API_PORT" --insecure-port 0 --cert-dir "$cp/pki" --etcd-servers http://127.0.0.1:2379 \
     --token-auth-file "$cp/tokens.csv" --authorization-mode AlwaysAllow \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$cp/pki/sa.pub" --service-account-signing-key-file "$cp/pki/sa.key" \
     --disable-admission-plugins ServiceAccount --allow-privileged=true \
-    --kubelet-preferred-address-types InternalIP --service-cluster-ip-range "$KUBE_SERVICE_CIDR" \
-    --profiling=false
+    --kubelet-preferred-address-types InternalIP --profiling=false
   echo "$holder" >"$cp/holder"
 }
 
 # Waits for the API server, then starts the controller manager and the scheduler. The
 # controller manager creates its flexvolume directory, by default under /usr/libexec.
 kube_cp_ready() { # dir name
-  local dir=$1 name=$2 cp=$1/kube holder
+  local dir=$1 name=$2 cp=$1/kube holder gates=()
   if ! wait_for 120 kube_kubectl "$dir" "$name" get --raw /readyz; then
     tail -n 20 "$cp/etcd.log" "$cp/kube-apiserver.log" >&2
     die "kube-apiserver did not become ready within 120 s"
   fi
   holder=$(cat "$cp/holder")
+  [ "$(kube_family "$dir")" != dual ] || gates=(--feature-gates IPv6DualStack=true)
   kube_start "$dir" "$holder" kube-controller-manager "$cp/kube-controller-manager.log" \
     "$KUBE_CACHE/bin/kube-controller-manager" --kubeconfig "$(kube_kubeconfig "$dir")" \
     --leader-elect=false --bind-address 127.0.0.1 --port 0 --cluster-name "$name" \
     --service-account-private-key-file "$cp/pki/sa.key" --profiling=false \
-    --flex-volume-plugin-dir "$cp/volume-plugins"
+    --flex-volume-plugin-dir "$cp/volume-plugins" "${gates[@]}"
   kube_start "$dir" "$holder" kube-scheduler "$cp/kube-scheduler.log" \
     "$KUBE_CACHE/bin/kube-scheduler" --kubeconfig "$(kube_kubeconfig "$dir")" \
     --leader-elect=false --bind-address 127.0.0.1 --port 0 --profiling=false
@@ -264,9 +312,20 @@ kube_node_path() { echo "$1/node$2/kube/paths$3"; } # dir i path
 # directories get the built plugin and the shipped conflist pointed at that ipamd; with IMAGE
 # (the DaemonSet's), they stay empty for the DaemonSet's pod to fill, and the image is loaded.
 kube_node_up() { # dir name i [image]
-  local dir=$1 name=$2 i=$3 image=${4:-} k=$1/node$3/kube netns ip k8s holder root p img
+  local dir=$1 name=$2 i=$3 image=${4:-} k=$1/node$3/kube netns ip k8s holder root p img family
+  local kubelet_gates=""
   netns=$(node_field "$dir" "$i" netns)
-  ip=$(node_field "$dir" "$i" primary_ip)
+  family=$(kube_family "$dir")
+  # The node's address (InternalIP, where the API server reaches the kubelet): its primary
+  # IPv6 address in an IPv6 cluster. A dual-stack node keeps its IPv4 one (1.20's --node-ip
+  # takes a single address) and its pods get both families.
+  if [ "$family" = ipv6 ]; then
+    ip=$(node_field "$dir" "$i" primary_ipv6)
+  else
+    ip=$(node_field "$dir" "$i" primary_ip)
+  fi
+  if [ -z "$ip" ] || [ "$ip" = null ]; then die "node $i has no primary address of its family ($family)"; fi
+  [ "$family" != dual ] || kubelet_gates=$'featureGates:\n  IPv6DualStack: true'
   k8s=$(cat "$dir/node$i/k8s_node")
   root=vpc-box-$name-node$i
   say "starting containerd and kubelet on node $i ($k8s)"
@@ -331,6 +390,7 @@ authentication:
     enabled: false
 authorization:
   mode: AlwaysAllow
+$kubelet_gates
 EOF
   holder=$(kube_holder "$dir" "$netns" "kube-node$i")
   echo "$holder" >"$k/holder"
@@ -364,7 +424,9 @@ kube_import() { # dir i file
 
 # Applies config/kubernetes/ with the image localhost/vpc-cni:TAG, through a kustomize
 # overlay (kubectl's own -k) for what differs in the box: the image's name, the EC2 and IMDS
-# endpoints, the environment given with --ipamd-env ($dir/ipamd-env), and the API server,
+# endpoints, the environment given with --ipamd-env and --ip-family ($dir/ipamd-env; the
+# family's ENABLE_IPv4 and ENABLE_IPv6 reach the init container too, which sets the node up
+# for that family), and the API server,
 # reached with the box's kubeconfig from the host: the box's API server mounts no service
 # account tokens and no kube-proxy routes the kubernetes Service.
 kube_deploy() { # dir name tag
@@ -376,7 +438,8 @@ kube_deploy() { # dir name tag
     --arg kubeconfig "$(kube_kubeconfig "$dir")" --argjson extra "$extra" '
     {apiVersion: "apps/v1", kind: "DaemonSet", metadata: {name: "'"$KUBE_DS"'", namespace: "'"$KUBE_DS_NS"'"},
      spec: {template: {spec: {
-       initContainers: [{name: "vpc-cni-init", env: [{name: "AWS_EC2_METADATA_SERVICE_ENDPOINT", value: $imds}]}],
+       initContainers: [{name: "vpc-cni-init", env: ([{name: "AWS_EC2_METADATA_SERVICE_ENDPOINT", value: $imds}]
+         + [$extra[] | select(.name == "ENABLE_IPv4" or .name == "ENABLE_IPv6")])}],
        containers: [{name: "ipamd",
          env: ([{name: "AWS_EC2_ENDPOINT", value: $ec2}, {name: "AWS_EC2_METADATA_SERVICE_ENDPOINT", value: $imds},
                 {name: "KUBECONFIG", value: "/etc/vpc-box/kubeconfig"}] + $extra),
@@ -442,7 +505,7 @@ kube_nodes_ready() { # dir name nodes
 # The "kube" object of the box JSON.
 kube_json() { # dir name
   jq -n --arg kubeconfig "$(kube_kubeconfig "$1")" --arg netns "$(kube_cp_netns "$2")" \
-    --arg kubectl "$KUBE_CACHE/bin/kubectl" --arg server "https://$KUBE_API_IP:$KUBE_API_PORT" \
+    --arg kubectl "$KUBE_CACHE/bin/kubectl" --arg server "$(kube_server "$(kube_family "$1")")" \
     --arg version "$("$KUBE_CACHE/bin/kubelet" --version | awk '{print $2}')" \
     '{kubeconfig: $kubeconfig, netns: $netns, kubectl: $kubectl, server: $server, version: $version}'
 }

@@ -6,8 +6,9 @@
 #      of the input parsers (cargo fuzz; needs a nightly toolchain, SKIPPED without one)
 #   3. the AWS client against moto, an EC2 we did not write
 #   4. root only: netlink tests in fresh namespaces, end-to-end tests of the real binaries in
-#      VPC-in-a-box, a real Kubernetes on it (kube-in-a-box), the image (scripts/image.sh) run
-#      as the DaemonSet there, and the demo in both modes.
+#      VPC-in-a-box, a real Kubernetes on it (kube-in-a-box; IPv4, IPv6 and dual-stack
+#      clusters), the image (scripts/image.sh) run as the DaemonSet there, and the demo in
+#      both modes.
 #      Without root these are reported as SKIPPED, never passed.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
@@ -106,6 +107,7 @@ if [ $ROOT -eq 1 ]; then
   passed "hardening on box nodes: SIGKILL chaos during parallel churn, EC2 faults during scale-up, IMDS lag, damaged state"
   passed "kube-in-a-box (Kubernetes $("$KUBE_CACHE/bin/kubelet" --version | awk '{print $2}')): a Deployment of 6 on two nodes through kubelet -> containerd -> vpc-cni, pod-to-pod and pod-to-node pings, scale to 0 releasing every address, every DEL (empty CNI_NETNS included) succeeding"
   passed "the DaemonSet on kube-in-a-box: Ready on two nodes, pods wired; rolled to a new tag under 100 ms pings with none lost and every address kept; deleted (new ADDs name the missing socket) and re-applied with every address accounted for; the installed plugin runs in an empty root"
+  passed "kube-in-a-box IPv6 (tests/tests/kube_ipv6.rs): an IPv6 cluster with the Go CNI's IPv6 settings, its pods on two nodes with addresses of their node's /80 in kubectl get pods -o wide, pinging each other, the nodes and the API server over IPv6; a dual-stack cluster with podIPs [IPv4, IPv6]; the shipped DaemonSet running an IPv6 cluster"
   passed "log rotation: concurrent vpc-cni processes and a churning ipamd rotate their logs, keep N files and lose no line"
   step "demo"
   scripts/demo.sh >"${TMPDIR:-/tmp}/vpc-cni-demo.log" 2>&1 || { cat "${TMPDIR:-/tmp}/vpc-cni-demo.log"; die "the demo failed"; }
@@ -118,13 +120,14 @@ else
   passed "AWS client against moto (DescribeInstanceTypes, DescribeNetworkInterfaces, Assign/UnassignPrivateIpAddresses)"
   step "the plugin's log rotation with the real vpc-cni (needs no root)"
   cargo test --workspace --quiet --test log_rotation -- --ignored concurrent_plugin_processes
+  passed "kube-in-a-box IPv6 (tests/tests/kube_ipv6.rs): an IPv6 cluster with the Go CNI's IPv6 settings, its pods on two nodes with addresses of their node's /80 in kubectl get pods -o wide, pinging each other, the nodes and the API server over IPv6; a dual-stack cluster with podIPs [IPv4, IPv6]; the shipped DaemonSet running an IPv6 cluster"
   passed "log rotation: concurrent vpc-cni processes rotating one pluginLogFile lose no line"
   skipped "netlink tests in fresh namespaces (tier 3): need root"
   skipped "end-to-end tests in VPC-in-a-box (tier 4): need root"
   skipped "cnitool and podman against a box node: need root"
   skipped "scripts/image.sh and the DaemonSet on kube-in-a-box: need root"
   skipped "chaos, EC2 faults, IMDS lag and damaged state on box nodes: need root"
-  skipped "kube-in-a-box (a real Kubernetes on the box): needs root"
+  skipped "kube-in-a-box (a real Kubernetes on the box, IPv4, IPv6 and dual-stack): needs root"
   skipped "scripts/demo.sh and demo.sh --kube: need root"
 fi
 kill $MOTO_PID 2>/dev/null || true

@@ -14,7 +14,10 @@
 #       both an IPv4 and an IPv6 address. --ipamd-env settings come after and win.
 #       --kube adds Kubernetes (scripts/kube-box.sh): a control plane in NAME-cp and containerd +
 #       kubelet on every node calling vpc-cni; returns once every node is Ready. The first
-#       time it builds the kube cache (scripts/kube-build.sh, minutes).
+#       time it builds the kube cache (scripts/kube-build.sh, minutes). With --ip-family ipv6
+#       the cluster is IPv6 (API server at 2001:db8:ffff:113::10, services fd00:172:20::/108,
+#       InternalIPs the nodes' primary IPv6 addresses); with dual it is dual-stack (both
+#       service ranges, the IPv6DualStack gate, IPv4 InternalIPs).
 #       --ipamd daemonset (with --kube) starts no ipamd itself: it loads the image (FILE, else
 #       the one scripts/image.sh builds) on every node and applies config/kubernetes/ with a
 #       small overlay, so each node's kubelet runs ipamd as the DaemonSet's pod, which installs
@@ -45,7 +48,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/kube-box.sh"
 
 RUN_ROOT=${VPC_BOX_RUN_DIR:-/run/vpc-box}
 
-usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+# The header comment above, whatever its length.
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 check_name() {
   [[ "$1" =~ ^[A-Za-z0-9_-]{1,24}$ ]] || die "--name must be 1-24 characters of [A-Za-z0-9_-], got '$1'"
