@@ -234,8 +234,8 @@ bench_latency() {
     "on a VPC-in-a-box node (m5.24xlarge, subnet /20, MINIMUM_IP_TARGET=300, WARM_IP_TARGET=10, so" \
     "the pool is warm and never grows during the run), ptp + host-local in a namespace of its own." \
     "Each ADD is prepared by a DEL, each DEL by a DEL and an ADD. vpc-cni runs with the shipped conflist's" \
-    "settings (DEBUG log to a file), ipamd's state on $(findmnt -no FSTYPE -T "$STATE_TMPFS") ($STATE_TMPFS) as on a" \
-    "real node's /run, and for the second ADD row on $(findmnt -no FSTYPE -T "$STATE_DISK") ($STATE_DISK). hyperfine" \
+    "settings (DEBUG log to a file), ipamd's state on $(findmnt -no FSTYPE -T "$STATE_TMPFS" | head -n 1) ($STATE_TMPFS) as on a" \
+    "real node's /run, and for the second ADD row on $(findmnt -no FSTYPE -T "$STATE_DISK" | head -n 1) ($STATE_DISK). hyperfine" \
     "runs each command through \`sh -c\` and subtracts the shell's own start-up time. The ratios" \
     "of ADD and DEL are of the medians above the exec floor (\`/bin/true\`, below): what each plugin" \
     "adds to starting a process." "" \
@@ -338,6 +338,18 @@ bench_concurrency() {
     "| Plugin | Wall time | Duplicate addresses | Target |" "|---|---|---|---|" \
     "| vpc-cni | $v_stats | $v_dups in $RUNS runs | <= 200 ms: $(verdict "$v_med" '<=' 200) |" \
     "| ptp + host-local | $p_stats | $p_dups in $RUNS runs | - |" ""
+  if [ "$(verdict "$v_med" '<=' 200)" = MISSED ]; then
+    # The CPU floor: each ADD's own CPU time (user + system, hyperfine's mean over the latency
+    # runs, the shell's subtracted) for all of them, spread over every core.
+    local why="the latency section did not run, so the CPU each ADD costs is unknown"
+    if [ -f "$WORK/v-add.json" ]; then
+      local cpu floor
+      cpu=$(jq '(.results[0].user + .results[0].system) * 1000' "$WORK/v-add.json")
+      floor=$(awk -v c="$cpu" -v n="$PODS" -v k="$(nproc)" 'BEGIN { printf "%.0f", c * n / k }')
+      why="one ADD costs $(awk -v c="$cpu" 'BEGIN { printf "%.2f", c }') ms of CPU (user + system, its latency runs above), so $PODS of them on $(nproc) cores need at least $floor ms even perfectly parallel; ipamd's work for them (one commit per flush, shared) comes on top"
+    fi
+    MISSES+=("- **$PODS concurrent ADDs**: median $v_med ms against 200 ms; $why.")
+  fi
   [ $((v_dups + p_dups)) -eq 0 ] || die "duplicate addresses handed out in the concurrency runs: vpc-cni $v_dups, ptp $p_dups"
 }
 
@@ -556,6 +568,9 @@ bench_churn() {
   [ "$(verdict "$mutating" '==' 0)" = met ] || MISSES+=("- **EC2 calls in steady churn**: $mutating calls that change the pool ($(jq -c . <<<"$diff")).")
 }
 
+# Issue 17's kubelet figure (a Deployment of 30 on kube-in-a-box, vpc-cni against ptp +
+# host-local in the same run) has no section yet: say so wherever the targets are listed.
+MISSES+=("- **Pod start through the kubelet** (a Deployment of 30 pods, creation to all Running, against ptp + host-local on the same cluster): not measured; bench.sh has no kube-in-a-box section yet.")
 want latency && bench_latency
 want concurrency && bench_concurrency
 want rss && bench_rss
