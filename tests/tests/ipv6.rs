@@ -6,6 +6,7 @@ mod common;
 
 use std::net::{IpAddr, Ipv6Addr};
 
+use common::{delegated, in_prefix};
 use e2e::{Pod, VpcBox, require_root, run_bounded};
 use ipam_proto::{AttachmentKey, Client, ClientError, ErrorKind};
 use serde_json::Value;
@@ -51,33 +52,6 @@ fn ipv6_of(result: &Value) -> Ipv6Addr {
             IpAddr::V4(_) => None,
         })
         .unwrap_or_else(|| panic!("no IPv6 address in {result}"))
-}
-
-/// The /80s EC2 (vpc-sim) has delegated to node `i`'s primary ENI.
-fn delegated(vbox: &VpcBox, i: usize) -> Vec<String> {
-    let eni = vbox.node(i).primary_eni.clone();
-    let state = vbox.sim_state();
-    let found = state["enis"]
-        .as_array()
-        .expect("enis")
-        .iter()
-        .find(|e| e["id"] == eni.as_str())
-        .unwrap_or_else(|| panic!("{eni} not in vpc-sim's state"))
-        .clone();
-    found["ipv6_prefixes"]
-        .as_array()
-        .expect("ipv6_prefixes")
-        .iter()
-        .map(|p| p["value"].as_str().expect("a prefix").to_string())
-        .collect()
-}
-
-fn in_prefix(ip: Ipv6Addr, cidr: &str) -> bool {
-    let (net, len) = cidr.split_once('/').expect("a CIDR");
-    let net: Ipv6Addr = net.parse().expect("an IPv6 network");
-    let len: u32 = len.parse().expect("a length");
-    let mask = u128::MAX.checked_shl(128 - len).unwrap_or(0);
-    u128::from(ip) & mask == u128::from(net) & mask
 }
 
 fn ping_from(netns: &str, to: &str) -> bool {
@@ -129,7 +103,7 @@ fn ipv6_pods_on_two_nodes_reach_each_other_the_nodes_and_the_outside_and_survive
     let mut pods = Vec::new();
     let mut egress_of = Vec::new();
     for node in [1, 2] {
-        let prefixes = delegated(&vbox, node);
+        let prefixes = delegated(&vbox, vbox.node(node));
         assert_eq!(prefixes.len(), 1, "one /80 on node {node}: {prefixes:?}");
         for _ in 0..2 {
             let pod = vbox.pod(node);
@@ -210,7 +184,7 @@ fn ipv6_pods_on_two_nodes_reach_each_other_the_nodes_and_the_outside_and_survive
         .collect();
     assert_eq!(before, after, "addresses kept across SIGKILL and restart");
     assert_eq!(
-        delegated(&vbox, 1).len(),
+        delegated(&vbox, vbox.node(1)).len(),
         1,
         "no second /80 after a restart"
     );

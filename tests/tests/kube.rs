@@ -3,11 +3,14 @@
 //! and give every address back when scaled to zero; every DEL containerd sends succeeds,
 //! the later ones with an empty CNI_NETNS included.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use e2e::{INTROSPECT, Node, VpcBox, deployment, require_root};
+use common::{PING_ALL, ipamd_pods};
+use e2e::{VpcBox, deployment, require_root};
 use serde_json::Value;
 
 const APP: &str = "web";
@@ -19,11 +22,6 @@ const PODS_GONE: Duration = Duration::from_secs(120);
 /// kubelet stops a removed pod's sandbox again on its own schedule (pod cleanup, then garbage
 /// collection once a minute); containerd sends a DEL with an empty CNI_NETNS each time.
 const LATE_DELS: Duration = Duration::from_secs(150);
-
-/// Prints `<target> ok` or `<target> lost` for every target, one ping each.
-const PING_ALL: &str = r#"for t in "$@"; do
-  if ping -c 1 -W 2 "$t" >/dev/null 2>&1; then echo "$t ok"; else echo "$t lost"; fi
-done"#;
 
 /// One pod as kubectl reports it.
 #[derive(Debug)]
@@ -44,14 +42,6 @@ impl RunningPod {
                 .expect("an IPv4 pod IP"),
         }
     }
-}
-
-/// ipamd's `/v1/pods` on `node`.
-fn held(node: &Node) -> Vec<Value> {
-    node.get_json(&format!("{INTROSPECT}/v1/pods"))
-        .as_array()
-        .cloned()
-        .expect("/v1/pods is an array")
 }
 
 #[test]
@@ -122,7 +112,7 @@ fn a_deployment_gets_vpc_addresses_reaches_everything_and_gives_them_back() {
     assert_eq!(by_node.len(), 2, "pods on both nodes: {pods:?}");
     for (name, on_node) in &by_node {
         let node = vbox.k8s_node(name);
-        let held = held(node);
+        let held = ipamd_pods(node);
         assert_eq!(held.len(), on_node.len(), "{name} holds {held:?}");
         for p in on_node {
             assert!(
@@ -156,7 +146,7 @@ fn a_deployment_gets_vpc_addresses_reaches_everything_and_gives_them_back() {
     vbox.wait_no_pods(&selector, PODS_GONE);
     for node in nodes {
         testkit::wait_ok(PODS_GONE, "ipamd to hold no pod", || {
-            let held = held(node);
+            let held = ipamd_pods(node);
             if held.is_empty() {
                 Ok(())
             } else {

@@ -3,11 +3,14 @@
 //! address of their node's /80 and reach each other across nodes, with ipamd as a process and
 //! with the shipped DaemonSet; and a dual-stack cluster whose pods' status lists both families.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
-use e2e::{INTROSPECT, Node, VpcBox, deployment, image_archive, require_root};
+use common::{PING_ALL, delegated, in_prefix, ipamd_pods};
+use e2e::{VpcBox, deployment, image_archive, require_root};
 use serde_json::{Value, json};
 
 /// Scheduling, sandboxes and ADDs of a few pods on a loaded two-core machine.
@@ -21,12 +24,6 @@ const LISTENING: Duration = Duration::from_secs(30);
 const API_IP6: &str = "2001:db8:ffff:113::10";
 const SERVICE_CIDR6: &str = "fd00:172:20::/108";
 const SERVICE_CIDR4: &str = "172.20.0.0/16";
-
-/// Prints `<target> ok` or `<target> lost` for every target, one ping each (busybox's ping
-/// takes either family).
-const PING_ALL: &str = r#"for t in "$@"; do
-  if ping -c 1 -W 2 "$t" >/dev/null 2>&1; then echo "$t ok"; else echo "$t lost"; fi
-done"#;
 
 /// One pod as kubectl reports it: its addresses are `status.podIPs`, in order.
 #[derive(Debug)]
@@ -69,40 +66,6 @@ impl RunningPod {
         assert_eq!(v6.len(), 1, "one IPv6 address: {self:?}");
         v6[0]
     }
-}
-
-fn in_prefix(ip: Ipv6Addr, cidr: &str) -> bool {
-    let (net, len) = cidr.split_once('/').expect("a CIDR");
-    let net: Ipv6Addr = net.parse().expect("an IPv6 network");
-    let len: u32 = len.parse().expect("a length");
-    let mask = u128::MAX.checked_shl(128 - len).unwrap_or(0);
-    u128::from(ip) & mask == u128::from(net) & mask
-}
-
-/// The /80s EC2 (vpc-sim) has delegated to `node`'s primary ENI.
-fn delegated(vbox: &VpcBox, node: &Node) -> Vec<String> {
-    let state = vbox.sim_state();
-    let eni = state["enis"]
-        .as_array()
-        .expect("enis")
-        .iter()
-        .find(|e| e["id"] == node.primary_eni.as_str())
-        .unwrap_or_else(|| panic!("{} not in vpc-sim's state", node.primary_eni))
-        .clone();
-    eni["ipv6_prefixes"]
-        .as_array()
-        .expect("ipv6_prefixes")
-        .iter()
-        .map(|p| p["value"].as_str().expect("a prefix").to_string())
-        .collect()
-}
-
-/// The addresses ipamd's `/v1/pods` on `node` lists.
-fn held(node: &Node) -> Vec<Value> {
-    node.get_json(&format!("{INTROSPECT}/v1/pods"))
-        .as_array()
-        .cloned()
-        .expect("/v1/pods is an array")
 }
 
 /// Each node's Kubernetes name and InternalIP (`kubectl get nodes`).
@@ -174,7 +137,7 @@ fn check_ipv6_addresses(vbox: &VpcBox, pods: &[RunningPod], wide: &str) {
             p.name,
             p.ips[0]
         );
-        let held = held(node);
+        let held = ipamd_pods(node);
         let ip = p.ipv6().to_string();
         assert!(
             held.iter().any(|h| h["Namespace"] == "default"
@@ -335,7 +298,7 @@ fn an_ipv6_cluster_gives_pods_their_nodes_ipv6_addresses_and_they_reach_each_oth
     for i in 1..=2 {
         let node = vbox.node(i);
         testkit::wait_ok(PODS_GONE, "ipamd to hold no pod", || {
-            let held = held(node);
+            let held = ipamd_pods(node);
             if held.is_empty() {
                 Ok(())
             } else {

@@ -127,3 +127,44 @@ pub fn settle_and_agree(vbox: &e2e::VpcBox, i: usize) {
         || agreement(vbox, i),
     );
 }
+
+/// True when `ip` is inside the IPv6 `cidr`.
+pub fn in_prefix(ip: std::net::Ipv6Addr, cidr: &str) -> bool {
+    let (net, len) = cidr.split_once('/').expect("a CIDR");
+    let net: std::net::Ipv6Addr = net.parse().expect("an IPv6 network");
+    let len: u32 = len.parse().expect("a length");
+    let mask = u128::MAX.checked_shl(128 - len).unwrap_or(0);
+    u128::from(ip) & mask == u128::from(net) & mask
+}
+
+/// The /80s EC2 (vpc-sim) has delegated to `node`'s primary ENI.
+pub fn delegated(vbox: &e2e::VpcBox, node: &e2e::Node) -> Vec<String> {
+    let state = vbox.sim_state();
+    let eni = state["enis"]
+        .as_array()
+        .expect("enis")
+        .iter()
+        .find(|e| e["id"] == node.primary_eni.as_str())
+        .unwrap_or_else(|| panic!("{} not in vpc-sim's state", node.primary_eni))
+        .clone();
+    eni["ipv6_prefixes"]
+        .as_array()
+        .expect("ipv6_prefixes")
+        .iter()
+        .map(|p| p["value"].as_str().expect("a prefix").to_string())
+        .collect()
+}
+
+/// What ipamd's `/v1/pods` on `node` lists.
+pub fn ipamd_pods(node: &e2e::Node) -> Vec<serde_json::Value> {
+    node.get_json(&format!("{}/v1/pods", e2e::INTROSPECT))
+        .as_array()
+        .cloned()
+        .expect("/v1/pods is an array")
+}
+
+/// A script for `sh -c SCRIPT sh TARGET...` in a pod: prints `<target> ok` or `<target> lost`
+/// for every target, one ping each (busybox's ping takes either family).
+pub const PING_ALL: &str = r#"for t in "$@"; do
+  if ping -c 1 -W 2 "$t" >/dev/null 2>&1; then echo "$t ok"; else echo "$t lost"; fi
+done"#;
