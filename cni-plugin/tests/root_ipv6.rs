@@ -112,7 +112,7 @@ fn add_check_del(dual: bool, version: CniVersion) {
     );
     let rules = ns.ip_node(&["-6", "rule", "show"]);
     assert!(!rules.iter().any(|l| l.contains(IP6)), "{v}: {rules:?}");
-    ns.assert_node_clean(IP, &veth);
+    ns.assert_node_unrouted(IP, &veth);
     assert!(!ping(&ns, IP6), "{v}: pod still reachable after DEL");
 }
 
@@ -153,7 +153,7 @@ fn del_without_ipamd_tears_down_both_families_from_prev_result() {
     );
     let rules = ns.ip_node(&["-6", "rule", "show"]);
     assert!(!rules.iter().any(|l| l.contains(IP6)), "{rules:?}");
-    ns.assert_node_clean(IP, &veth("orphan"));
+    ns.assert_node_unrouted(IP, &veth("orphan"));
 }
 
 /// An allocation with neither family is refused with a clear error, and handed back.

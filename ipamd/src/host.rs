@@ -26,6 +26,17 @@ pub struct NodeNet {
     pub snat: NodeNetConfig,
 }
 
+/// A host veth that carries no pod route: a pod's that DEL unrouted and whose namespace is
+/// still there, or one an ADD is wiring right now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdleVeth {
+    /// Its index, which the kernel does not reuse soon: a new pod's veth of the same name
+    /// has another.
+    pub index: u32,
+    /// Its name, for the log.
+    pub name: String,
+}
+
 /// A host network operation that failed.
 #[derive(Debug, Error)]
 pub enum HostError {
@@ -94,6 +105,16 @@ pub trait HostNetwork: Send + Sync + 'static {
         &self,
         veth_prefix: &str,
     ) -> impl Future<Output = Result<Vec<(IpAddr, String)>, HostError>> + Send;
+
+    /// The veths named with `veth_prefix` that no `<ip>/32` or `<ip6>/128` route in main
+    /// leads to.
+    fn idle_veths(
+        &self,
+        veth_prefix: &str,
+    ) -> impl Future<Output = Result<Vec<IdleVeth>, HostError>> + Send;
+
+    /// Deletes the link at `index` (its peer goes with it); false when it was gone already.
+    fn delete_link(&self, index: u32) -> impl Future<Output = Result<bool, HostError>> + Send;
 }
 
 /// The real node network, over netlink and iptables, each call on a blocking thread with a
@@ -169,6 +190,41 @@ impl HostNetwork for NetlinkHost {
         })
         .await
     }
+
+    async fn idle_veths(&self, veth_prefix: &str) -> Result<Vec<IdleVeth>, HostError> {
+        let prefix = veth_prefix.to_string();
+        blocking(move || Self::idle(&netops::Netlink::current()?, &prefix)).await
+    }
+
+    async fn delete_link(&self, index: u32) -> Result<bool, HostError> {
+        blocking(
+            move || match netops::Netlink::current()?.delete_link_by_index(index) {
+                Ok(()) => Ok(true),
+                Err(e) if e.is_not_found() => Ok(false),
+                Err(e) => Err(e.into()),
+            },
+        )
+        .await
+    }
+}
+
+impl NetlinkHost {
+    fn idle(nl: &netops::Netlink, prefix: &str) -> Result<Vec<IdleVeth>, HostError> {
+        let routed: BTreeSet<u32> = host_routes(nl)?.into_iter().map(|(_, oif)| oif).collect();
+        Ok(nl
+            .links()?
+            .into_iter()
+            .filter(|l| {
+                l.kind.as_deref() == Some("veth")
+                    && l.name.starts_with(prefix)
+                    && !routed.contains(&l.index)
+            })
+            .map(|l| IdleVeth {
+                index: l.index,
+                name: l.name,
+            })
+            .collect())
+    }
 }
 
 /// Every single-address route in main through a link (what the plugin adds for each pod, in
@@ -224,5 +280,16 @@ impl<T: HostNetwork> HostNetwork for std::sync::Arc<T> {
         veth_prefix: &str,
     ) -> impl Future<Output = Result<Vec<(IpAddr, String)>, HostError>> + Send {
         (**self).pod_routes(veth_prefix)
+    }
+
+    fn idle_veths(
+        &self,
+        veth_prefix: &str,
+    ) -> impl Future<Output = Result<Vec<IdleVeth>, HostError>> + Send {
+        (**self).idle_veths(veth_prefix)
+    }
+
+    fn delete_link(&self, index: u32) -> impl Future<Output = Result<bool, HostError>> + Send {
+        (**self).delete_link(index)
     }
 }

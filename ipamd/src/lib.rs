@@ -14,7 +14,11 @@ pub mod server;
 pub mod state;
 pub mod surface;
 
-pub use daemon::{Daemon, Parts, StartupError};
+pub use daemon::{Daemon, Parts, StartupError, VETH_GRACE};
 
 /// How often the controller looks at the pool when nothing asks it to.
 pub const CONTROLLER_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How often ipamd looks for host veths without a pod route when no DEL prompts it: for those
+/// left while it was down, or by a plugin that died mid-ADD.
+pub const VETH_SWEEP_PERIOD: std::time::Duration = std::time::Duration::from_secs(60);

@@ -17,7 +17,7 @@ use ipamd::config::{BindAddress, Config, ignored_settings};
 use ipamd::host::{HostNetwork, NetlinkHost};
 use ipamd::install::{self, CONFLIST_NAME, ConflistSettings};
 use ipamd::surface::{self, DaemonSource, Ec2Metrics};
-use ipamd::{CONTROLLER_PERIOD, Daemon, Parts, logging, server};
+use ipamd::{CONTROLLER_PERIOD, Daemon, Parts, VETH_GRACE, VETH_SWEEP_PERIOD, logging, server};
 use pool::Clock;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
@@ -428,6 +428,25 @@ async fn serve(
         })
     };
 
+    let veth_sweeper = {
+        let daemon = Arc::clone(&daemon);
+        tokio::spawn(async move {
+            loop {
+                // The first sweep sees a DEL's veth unrouted, the one a grace later deletes it.
+                loop {
+                    tokio::time::sleep(VETH_GRACE).await;
+                    if !daemon.sweep_veths().await {
+                        break;
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(VETH_SWEEP_PERIOD) => {}
+                    _ = daemon.pod_unrouted() => {}
+                }
+            }
+        })
+    };
+
     let leak_cleaner = (!config.disable_leaked_eni_cleanup).then(|| {
         let daemon = Arc::clone(&daemon);
         let period = config.leaked_eni_cleanup_interval;
@@ -469,6 +488,7 @@ async fn serve(
     }
     controller.abort();
     reconciler.abort();
+    veth_sweeper.abort();
     if let Some(task) = leak_cleaner {
         task.abort();
     }

@@ -225,3 +225,64 @@ async fn an_unreadable_aws_node_checkpoint_stops_ipamd_and_names_the_file() {
     assert!(err.contains(&checkpoint.display().to_string()), "{err}");
     assert!(err.contains("cannot be migrated"), "{err}");
 }
+
+#[tokio::test]
+async fn a_veth_left_without_a_route_is_deleted_after_its_grace_only() {
+    let node = Node::at(1_000);
+    let d = node.start(&[]).await;
+    let veth = |index, name: &str| ipamd::host::IdleVeth {
+        index,
+        name: name.into(),
+    };
+    // A DEL unrouted a pod whose namespace stays; another link has no prefix of ours.
+    node.host
+        .idle
+        .lock()
+        .unwrap()
+        .extend([veth(40, "eni0123456789a"), veth(41, "cali0123")]);
+
+    assert!(d.sweep_veths().await, "the veth waits out its grace");
+    node.clock
+        .advance(ipamd::VETH_GRACE - Duration::from_millis(1));
+    assert!(d.sweep_veths().await);
+    assert!(
+        !node
+            .host
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("delete link"))
+    );
+
+    node.clock.advance(Duration::from_millis(1));
+    assert!(!d.sweep_veths().await, "nothing waits any more");
+    let deleted: Vec<_> = node
+        .host
+        .calls()
+        .into_iter()
+        .filter(|c| c.starts_with("delete link"))
+        .collect();
+    assert_eq!(deleted, ["delete link #40"]);
+}
+
+#[tokio::test]
+async fn a_veth_routed_again_before_its_grace_is_kept() {
+    let node = Node::at(1_000);
+    let d = node.start(&[]).await;
+    let idle = ipamd::host::IdleVeth {
+        index: 40,
+        name: "eni0123456789a".into(),
+    };
+    node.host.idle.lock().unwrap().push(idle);
+    assert!(d.sweep_veths().await);
+    // An ADD in progress added its route.
+    node.host.idle.lock().unwrap().clear();
+    node.clock.advance(ipamd::VETH_GRACE);
+    assert!(!d.sweep_veths().await);
+    assert!(
+        !node
+            .host
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("delete link"))
+    );
+}

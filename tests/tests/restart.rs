@@ -85,7 +85,9 @@ fn del_succeeds_and_cleans_the_host_while_ipamd_is_down() {
         "{}",
         out.stderr
     );
-    assert_host_clean(&node.netns, &ip, &veth);
+    // The pod is unreachable at once; its veth pair waits for the namespace's removal or,
+    // as here where the namespace stays, for ipamd's sweep once it is back.
+    assert_host_unrouted(&node.netns, &ip);
     // The second, bare DEL of containerd also succeeds with ipamd away.
     pod.cni("DEL")
         .env("CNI_NETNS", "")
@@ -99,6 +101,7 @@ fn del_succeeds_and_cleans_the_host_while_ipamd_is_down() {
     // ipamd/tests/recovery.rs.)
     vbox.start_ipamd(1);
     assert_eq!(vbox.status(1).pool.assigned, 1);
+    assert_host_clean(&node.netns, &ip, &veth);
     let log = std::fs::read_to_string(&node.ipamd_log).unwrap();
     assert!(
         log.lines()

@@ -1,11 +1,13 @@
-//! DEL: release the address in ipamd, then remove the host route, rules and veth and the pod
-//! interface. Succeeds whenever there is nothing (left) to delete, and when ipamd is away.
-
-use std::path::Path;
+//! DEL: release the address in ipamd, then remove the host routes and rules. The veth pair is
+//! left to the removal of the pod's namespace, which a runtime does right after DEL and which
+//! takes the pair with it, as with the Go CNI: deleting it here would be most of DEL's time.
+//! Where the namespace stays, ipamd deletes the veth once it has carried no route for a few
+//! seconds (`daemon::veths`). Succeeds whenever there is nothing (left) to delete, and when
+//! ipamd is away.
 
 use cni::CniError;
 use ipam_proto::{Client, DelReason, DelReply, DelRequest, PodAddresses};
-use netops::{Netlink, routed_elsewhere, teardown_container, teardown_pod_host};
+use netops::{Netlink, routed_elsewhere, unroute_pod};
 use tracing::{info, warn};
 
 use super::Attachment;
@@ -23,8 +25,8 @@ struct Target {
     confirmed: bool,
 }
 
-/// DEL: releases the address in ipamd and removes the host state of whatever address was
-/// held (ipamd's answer first, `prevResult` otherwise) and the pod interface. Fails only when
+/// DEL: releases the address in ipamd and removes the host routes and rules of whatever
+/// address was held (ipamd's answer first, `prevResult` otherwise). Fails only when
 /// a local teardown fails or ipamd reported an error it should get another chance at.
 pub fn run(att: &Attachment, client: &Client) -> Result<(), CniError> {
     if let Some(problem) = &att.conf.prev_result_problem {
@@ -113,15 +115,6 @@ pub fn run(att: &Attachment, client: &Client) -> Result<(), CniError> {
     {
         first_error = Some(e);
     }
-    if let Some(netns) = att.inv.netns.as_deref()
-        && let Err(e) = teardown_container(Path::new(netns), &att.inv.ifname)
-    {
-        let err = CniError::internal(format!(
-            "failed to delete {} in {netns}: {e}",
-            att.inv.ifname
-        ));
-        first_error.get_or_insert(err);
-    }
     match first_error.or(retry) {
         Some(err) => {
             tracing::error!("{}", err.msg);
@@ -178,28 +171,16 @@ fn teardown_host_side(target: &Target) -> Result<(), CniError> {
             ips.ipv6 = None;
         }
         if ips.is_empty() {
-            // Only our veth, if it is still there, is ours to remove.
-            if let Some(name) = veth {
-                match host.delete_link_by_name(name) {
-                    Ok(()) => info!("removed stale host veth {name}"),
-                    Err(e) if e.is_not_found() => {}
-                    Err(e) => return Err(failed(e)),
-                }
-            }
+            // Our veth, if it is still there, carries no route: it goes as any other.
             return Ok(());
         }
     }
-    let report = teardown_pod_host(&host, ips.ipv4, ips.ipv6, veth).map_err(failed)?;
+    let report = unroute_pod(&host, ips.ipv4, ips.ipv6, veth).map_err(failed)?;
     info!(
-        "host teardown of {ips} (veth {}): {} rule(s), {} route(s), veth {}",
+        "host teardown of {ips} (veth {}, left to the namespace's removal): {} rule(s), {} route(s)",
         veth.unwrap_or("unknown"),
         report.rules_removed(),
         report.routes_removed(),
-        if report.veth_removed {
-            "removed"
-        } else {
-            "already gone"
-        },
     );
     Ok(())
 }

@@ -45,4 +45,15 @@ impl Namespaces {
     pub fn assert_node_clean(&self, ip: &str, veth: &str) {
         testkit::cni::assert_host_clean(&self.node, ip, veth);
     }
+
+    /// Asserts what a DEL leaves of the pod with address `ip`: no route or rule, and its veth
+    /// pair, which the namespace's removal (or ipamd's sweep, absent here) takes.
+    pub fn assert_node_unrouted(&self, ip: &str, veth: &str) {
+        testkit::cni::assert_host_unrouted(&self.node, ip);
+        let links = self.ip_node(&["-o", "link", "show"]);
+        assert!(
+            links.iter().any(|l| l.contains(veth)),
+            "DEL deleted the veth {veth}: {links:?}"
+        );
+    }
 }

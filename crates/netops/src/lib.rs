@@ -57,6 +57,6 @@ pub use pod::{
 };
 pub use socket::Netlink;
 pub use teardown::{
-    PodTeardown, TeardownReport, is_pod_rule, routed_elsewhere, teardown_container, teardown_host,
-    teardown_pod_host,
+    PodTeardown, TeardownReport, is_pod_rule, routed_elsewhere, teardown_host, teardown_pod_host,
+    unroute_pod,
 };

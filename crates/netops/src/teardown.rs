@@ -1,11 +1,10 @@
-//! Undoing a pod's wiring: host rules, routes and veth; the pod's interface.
+//! Undoing a pod's wiring: host rules, routes and veth.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::path::Path;
 
 use ipnetwork::{Ipv4Network, Ipv6Network};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::messages::RT_TABLE_MAIN;
 use crate::messages::family::{FamilyAddr, IpFamily};
 use crate::messages::link::Link;
@@ -13,7 +12,6 @@ use crate::messages::route::RouteOf;
 use crate::messages::rule::RuleOf;
 use crate::netlink_ops::NetlinkOps;
 use crate::pod::{PRIO_FROM_POD, PRIO_TO_POD};
-use crate::socket::Netlink;
 // The tests' `super::*`, written for IPv4.
 #[cfg(test)]
 use crate::{messages::rule::Rule, pod::host_prefix};
@@ -144,11 +142,37 @@ pub fn teardown_pod_host<N: NetlinkOps + ?Sized>(
     ipv6: Option<Ipv6Addr>,
     host_veth: Option<&str>,
 ) -> Result<PodTeardown> {
-    let mut report = PodTeardown::default();
     let veth = find_veth(host, host_veth)?;
+    let mut report = unroute(host, ipv4, ipv6, host_veth, veth.as_ref())?;
+    report.veth_removed = remove_veth(host, host_veth, veth, report.routes_removed() > 0)?;
+    Ok(report)
+}
+
+/// [`teardown_pod_host`] without deleting the veth: the pod is unreachable once its rules and
+/// routes are gone, and the kernel deletes a veth with the pod's namespace, which a runtime
+/// removes right after DEL. Deleting it here would cost the DEL most of its time (the kernel
+/// waits for RCU grace periods); ipamd deletes the veths whose namespace stays.
+pub fn unroute_pod<N: NetlinkOps + ?Sized>(
+    host: &N,
+    ipv4: Option<Ipv4Addr>,
+    ipv6: Option<Ipv6Addr>,
+    host_veth: Option<&str>,
+) -> Result<PodTeardown> {
+    let veth = find_veth(host, host_veth)?;
+    unroute(host, ipv4, ipv6, host_veth, veth.as_ref())
+}
+
+fn unroute<N: NetlinkOps + ?Sized>(
+    host: &N,
+    ipv4: Option<Ipv4Addr>,
+    ipv6: Option<Ipv6Addr>,
+    host_veth: Option<&str>,
+    veth: Option<&Link>,
+) -> Result<PodTeardown> {
+    let mut report = PodTeardown::default();
     if let Some(ip) = ipv4 {
         let rules_removed = remove_rules::<N, Ipv4Network>(host, ip)?;
-        let route_removed = remove_route::<N, Ipv4Network>(host, ip, host_veth, veth.as_ref())?;
+        let route_removed = remove_route::<N, Ipv4Network>(host, ip, host_veth, veth)?;
         report.ipv4 = Some(TeardownReport {
             rules_removed,
             route_removed,
@@ -157,14 +181,13 @@ pub fn teardown_pod_host<N: NetlinkOps + ?Sized>(
     }
     if let Some(ip) = ipv6 {
         let rules_removed = remove_rules::<N, Ipv6Network>(host, ip)?;
-        let route_removed = remove_route::<N, Ipv6Network>(host, ip, host_veth, veth.as_ref())?;
+        let route_removed = remove_route::<N, Ipv6Network>(host, ip, host_veth, veth)?;
         report.ipv6 = Some(TeardownReport {
             rules_removed,
             route_removed,
             veth_removed: false,
         });
     }
-    report.veth_removed = remove_veth(host, host_veth, veth, report.routes_removed() > 0)?;
     Ok(report)
 }
 
@@ -245,23 +268,6 @@ fn remove_veth<N: NetlinkOps + ?Sized>(
         Ok(()) => Ok(true),
         Err(e) if e.is_not_found() => Ok(false),
         Err(e) => Err(e.with_op(format!("delete host veth {name}"))),
-    }
-}
-
-/// Deletes the interface `ifname` inside the namespace at `netns`.
-///
-/// Ok(false) when there was nothing to delete: the namespace path is missing or no longer a
-/// namespace, or the interface does not exist.
-pub fn teardown_container(netns: &Path, ifname: &str) -> Result<bool> {
-    let pod = match Netlink::in_netns(netns) {
-        Ok(pod) => pod,
-        Err(Error::NetnsNotFound { .. } | Error::NotANetns { .. }) => return Ok(false),
-        Err(e) => return Err(e),
-    };
-    match pod.delete_link_by_name(ifname) {
-        Ok(()) => Ok(true),
-        Err(e) if e.is_not_found() => Ok(false),
-        Err(e) => Err(e.with_op(format!("delete {ifname} in {}", netns.display()))),
     }
 }
 

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use netops::{
     CheckError, Error, ExpectedPod, Netlink, PodSpec, PodWiring, RT_TABLE_MAIN, check_pod,
-    format_mac, routed_elsewhere, setup_pod, teardown_container, teardown_host,
+    format_mac, routed_elsewhere, setup_pod, teardown_host,
 };
 use support::{NsPair, run};
 use testkit::netns::count;
@@ -278,29 +278,6 @@ fn teardown_host_without_veth_name_removes_route_by_destination() {
     assert!(ns.ip_host(&["-4", "route", "show"]).is_empty());
     // The veth stays: nobody named it.
     assert_eq!(ns.ip_host(&["-o", "link", "show", "dev", VETH]).len(), 1);
-}
-
-#[test]
-#[ignore = "needs root: run by scripts/test.sh as root"]
-fn teardown_container_handles_present_missing_link_and_missing_netns() {
-    let ns = NsPair::new();
-    setup(&ns, RT_TABLE_MAIN);
-    assert!(teardown_container(&ns.pod_path(), "eth0").expect("delete"));
-    assert!(!teardown_container(&ns.pod_path(), "eth0").expect("again"));
-    // The pair died together: the host veth is gone too.
-    assert!(
-        !ns.ip_host(&["-o", "link", "show"])
-            .iter()
-            .any(|l| l.contains(VETH))
-    );
-    let missing = Path::new("/run/netns/nt-does-not-exist-netops");
-    assert!(!teardown_container(missing, "eth0").expect("missing netns"));
-    // A path that exists but is not a namespace counts as nothing to do as well.
-    let dir = std::env::temp_dir().join(format!("netops-notns-{}", std::process::id()));
-    fs::write(&dir, b"").unwrap();
-    let res = teardown_container(&dir, "eth0");
-    let _ = fs::remove_file(&dir);
-    assert!(!res.expect("not a netns"));
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! What a CNI plugin printed and did: its outcome, its ADD result, and the node's state.
 
 use std::process::Output;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -136,13 +137,13 @@ pub fn assert_host_wired(node: &str, pod_ip: &str, veth: &str) {
     );
 }
 
-/// The node (namespace `node`) holds no veth, route or rule of a pod.
-pub fn assert_host_clean(node: &str, pod_ip: &str, veth: &str) {
-    let links = ip_in(node, &["-o", "link", "show"]);
-    assert!(
-        !links.iter().any(|l| l.contains(veth)),
-        "host veth {veth} left: {links:?}"
-    );
+/// How long a test waits for a pod's host veth to go after DEL: the kernel deletes it with the
+/// pod's namespace; where the namespace stays, ipamd's sweep deletes it after two sweeps a
+/// grace (3 s) apart.
+pub const VETH_GONE_WAIT: Duration = Duration::from_secs(20);
+
+/// The node (namespace `node`) has no route or rule of a pod: nothing reaches it any more.
+pub fn assert_host_unrouted(node: &str, pod_ip: &str) {
     let routes = ip_in(node, &["-4", "route", "show", "table", "all"]);
     assert!(
         !routes.iter().any(|l| l.starts_with(&format!("{pod_ip} "))),
@@ -155,6 +156,24 @@ pub fn assert_host_clean(node: &str, pod_ip: &str, veth: &str) {
             .any(|l| l.split_whitespace().any(|w| w == pod_ip)),
         "rule for {pod_ip} left: {rules:?}"
     );
+}
+
+/// The node (namespace `node`) holds no veth, route or rule of a pod. The routes and rules
+/// must be gone now; the veth within [`VETH_GONE_WAIT`].
+pub fn assert_host_clean(node: &str, pod_ip: &str, veth: &str) {
+    assert_host_unrouted(node, pod_ip);
+    let deadline = Instant::now() + VETH_GONE_WAIT;
+    loop {
+        let links = ip_in(node, &["-o", "link", "show"]);
+        if !links.iter().any(|l| l.contains(veth)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "host veth {veth} left after {VETH_GONE_WAIT:?}: {links:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 #[cfg(test)]

@@ -14,11 +14,13 @@ mod recover;
 mod requests;
 mod shrink;
 mod v6;
+mod veths;
 mod waits;
 
 pub use leaks::{LeakReport, MAX_START_JITTER, MIN_LEAK_AGE};
 pub use placement::{NoPlacement, Placement, SUBNET_CLUSTER_TAG_PREFIX, SUBNET_ROLE_TAG};
 pub use recover::{LostState, RECOVERED_NETWORK};
+pub use veths::VETH_GRACE;
 pub use waits::{STAGE_DEADLINE, Stage};
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -148,6 +150,10 @@ pub struct Daemon<E, I, H, S> {
     /// Growth and reconciliation both change ENIs through EC2: one at a time.
     ec2_ops: tokio::sync::Mutex<()>,
     kick: Notify,
+    /// Notified when a DEL leaves a veth to the sweep.
+    unrouted: Notify,
+    /// The host veths seen without a route, until they are deleted or routed again.
+    idle_veths: Mutex<veths::IdleSince>,
     /// Bumped whenever addresses join the pool: ADDs waiting for growth watch it.
     grown: tokio::sync::watch::Sender<u64>,
     metrics: Arc<Metrics>,
@@ -341,6 +347,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             waiting: Mutex::new(None),
             ec2_ops: tokio::sync::Mutex::new(()),
             kick: Notify::new(),
+            unrouted: Notify::new(),
+            idle_veths: Mutex::new(Default::default()),
             grown: tokio::sync::watch::Sender::new(0),
             metrics,
         };

@@ -204,6 +204,9 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             .await?;
         // The pool may now be above its target: let the controller look.
         self.kick.notify_one();
+        // The plugin unroutes the pod next (from its prevResult when ipamd held nothing): its
+        // veth goes with the namespace, or with the next sweep.
+        self.unrouted.notify_one();
         let allocation = released.allocation();
         match &allocation {
             Some(_) => {

@@ -14,7 +14,7 @@ use ipam_proto::{
     AddRequest, Allocation, AttachmentKey, DelReason, DelRequest, PodMeta, Reply, Request,
 };
 use ipamd::config::Config;
-use ipamd::host::{HostError, HostNetwork, NodeNet};
+use ipamd::host::{HostError, HostNetwork, IdleVeth, NodeNet};
 use ipamd::{Daemon, Parts};
 use netops::EniSpec;
 use pool::{Clock, Timestamp};
@@ -185,6 +185,8 @@ pub struct RecordingHost {
     pub gone: Mutex<std::collections::BTreeSet<IpAddr>>,
     /// The pod routes on the node: address and veth.
     pub routes: Mutex<Vec<(IpAddr, String)>>,
+    /// The host veths that carry no pod route; deleting one removes it.
+    pub idle: Mutex<Vec<IdleVeth>>,
 }
 
 impl RecordingHost {
@@ -244,6 +246,23 @@ impl HostNetwork for RecordingHost {
             .filter(|(_, link)| link.starts_with(veth_prefix))
             .cloned()
             .collect())
+    }
+
+    async fn idle_veths(&self, veth_prefix: &str) -> Result<Vec<IdleVeth>, HostError> {
+        let idle = self.idle.lock().unwrap();
+        Ok(idle
+            .iter()
+            .filter(|v| v.name.starts_with(veth_prefix))
+            .cloned()
+            .collect())
+    }
+
+    async fn delete_link(&self, index: u32) -> Result<bool, HostError> {
+        self.record(format!("delete link #{index}"));
+        let mut idle = self.idle.lock().unwrap();
+        let before = idle.len();
+        idle.retain(|v| v.index != index);
+        Ok(idle.len() < before)
     }
 }
 

@@ -2,7 +2,9 @@
 #![allow(dead_code, unused_imports)] // each scenario file uses part of it
 
 use e2e::ip;
-pub use testkit::cni::{assert_eth0_in, assert_host_clean, assert_host_wired, host_veth, pod_ip};
+pub use testkit::cni::{
+    assert_eth0_in, assert_host_clean, assert_host_unrouted, assert_host_wired, host_veth, pod_ip,
+};
 
 /// True when `ip` is inside `cidr` (IPv4 dotted quads).
 pub fn in_cidr(ip: &str, cidr: &str) -> bool {

@@ -9,7 +9,7 @@ use crate::check::{CheckError, ExpectedPod, check_pod};
 use crate::fake::{FakeNet, FakeNs, NsState};
 use crate::messages::addr::Address6;
 use crate::messages::neigh::Neighbour6;
-use crate::teardown::{routed_elsewhere, teardown_host, teardown_pod_host};
+use crate::teardown::{routed_elsewhere, teardown_host, teardown_pod_host, unroute_pod};
 
 const IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 5);
 const EPERM: i32 = Errno::EPERM as i32;
@@ -316,6 +316,38 @@ fn teardown_of_a_dual_stack_pod_removes_both_families_then_the_veth() {
     let again = teardown_pod_host(&host, Some(IP), Some(IP6), Some(VETH)).expect("again");
     assert_eq!((again.rules_removed(), again.routes_removed()), (0, 0));
     assert!(!again.veth_removed);
+}
+
+#[test]
+fn unrouting_a_dual_stack_pod_leaves_its_veth_and_nothing_else() {
+    let (net, host, pod) = FakeNet::node_and_pod();
+    add6(&host, &pod, &spec6(Some(IP), TABLE)).expect("ADD");
+    net.take_calls();
+
+    let report = unroute_pod(&host, Some(IP), Some(IP6), Some(VETH)).expect("DEL");
+
+    assert_eq!(
+        net.take_calls(),
+        [
+            "host: get link enic440f455693",
+            "host: dump IPv4 rules",
+            "host: delete rule prio 512 from all to 10.0.0.5/32 lookup main",
+            "host: delete rule prio 1536 from 10.0.0.5/32 lookup 3",
+            "host: delete route 10.0.0.5/32 dev #3 scope link",
+            "host: dump IPv6 rules",
+            "host: delete rule prio 512 from all to 2001:db8::5/128 lookup main",
+            "host: delete route 2001:db8::5/128 dev #3",
+        ]
+    );
+    assert_eq!((report.rules_removed(), report.routes_removed()), (3, 2));
+    assert!(!report.veth_removed);
+    assert!(
+        host.link_by_name(VETH).unwrap().is_some(),
+        "the veth is left"
+    );
+
+    let again = unroute_pod(&host, Some(IP), Some(IP6), Some(VETH)).expect("again");
+    assert_eq!((again.rules_removed(), again.routes_removed()), (0, 0));
 }
 
 #[test]
