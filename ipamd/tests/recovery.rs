@@ -286,3 +286,35 @@ async fn a_veth_routed_again_before_its_grace_is_kept() {
             .any(|c| c.starts_with("delete link"))
     );
 }
+
+#[tokio::test]
+async fn the_veth_of_a_pod_ipamd_holds_is_kept_until_its_del() {
+    let node = Node::at(1_000);
+    let d = node.start(&[]).await;
+    ipv4_of(&d, 1).await;
+    // Pod 1's ADD is wiring its veth (or its route went by another hand than DEL's).
+    let name = netops::host_veth_name("eni", "default", "pod1", "container1", "eth0");
+    node.host.idle.lock().unwrap().push(ipamd::host::IdleVeth {
+        index: 40,
+        name: name.clone(),
+    });
+    assert!(
+        !d.sweep_veths().await,
+        "a held pod's veth is not a candidate"
+    );
+    node.clock.advance(ipamd::VETH_GRACE * 2);
+    assert!(!d.sweep_veths().await);
+    assert!(
+        !node
+            .host
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("delete link"))
+    );
+
+    d.handle(del(1)).await.unwrap();
+    assert!(d.sweep_veths().await);
+    node.clock.advance(ipamd::VETH_GRACE);
+    assert!(!d.sweep_veths().await);
+    assert!(node.host.calls().contains(&"delete link #40".to_string()));
+}

@@ -50,7 +50,9 @@ pub use messages::link::{Link, VethSpec};
 pub use messages::neigh::{Neighbour, Neighbour6, NeighbourOf};
 pub use messages::route::{Route, Route6, RouteOf, Scope};
 pub use messages::rule::{Rule, Rule6, RuleOf};
-pub use names::{IFNAME_MAX, format_mac, parse_mac, random_mac, validate_ifname, veth_name};
+pub use names::{
+    IFNAME_MAX, format_mac, host_veth_name, parse_mac, random_mac, validate_ifname, veth_name,
+};
 pub use netlink_ops::NetlinkOps;
 pub use pod::{
     POD_GATEWAY, POD_GATEWAY6, PRIO_FROM_POD, PRIO_TO_POD, PodSpec, PodWiring, setup_pod,

@@ -31,6 +31,42 @@ pub fn veth_name(prefix: &str, namespace: &str, pod_name: &str) -> String {
     name
 }
 
+/// The interface name Kubernetes runtimes ask for; the only one the Go CNI names by pod alone.
+pub const DEFAULT_IFNAME: &str = "eth0";
+
+/// The host veth name of the attachment `(container_id, ifname)` of pod
+/// `pod_namespace/pod_name` (either may be empty when the runtime did not say).
+///
+/// - Pod name known, `ifname` is `eth0`: `veth_name(prefix, namespace, pod)`, i.e. prefix +
+///   11 hex chars of SHA-1("<namespace>.<pod>"), exactly as the Go AWS VPC CNI and Calico
+///   name it, so node tooling, habits and `ip link` output carry over.
+/// - Pod name known, another `ifname` (a second attachment of the same pod, e.g. through
+///   Multus): the pod part becomes `"<pod>.<ifname>"`, in the spirit of the Go CNI's
+///   `"<pod>.<i>"` for extra interfaces. Without it both attachments would get the same name
+///   and wiring the second would delete the first one's veth as "stale".
+/// - Pod name or namespace unknown (non-Kubernetes callers: cnitool sends no `CNI_ARGS`,
+///   podman 4 sends `K8S_POD_NAME=<container name>` without a namespace):
+///   SHA-1("<container id>.<ifname>"). Hashing a constant instead would give every such
+///   container the same veth name, and each ADD would tear down the previous container's
+///   link; a container name is unique only within one podman store, but the container id is
+///   unique per sandbox, so these names never collide.
+pub fn host_veth_name(
+    prefix: &str,
+    pod_namespace: &str,
+    pod_name: &str,
+    container_id: &str,
+    ifname: &str,
+) -> String {
+    if pod_name.is_empty() || pod_namespace.is_empty() {
+        return veth_name(prefix, container_id, ifname);
+    }
+    if ifname == DEFAULT_IFNAME {
+        veth_name(prefix, pod_namespace, pod_name)
+    } else {
+        veth_name(prefix, pod_namespace, &format!("{pod_name}.{ifname}"))
+    }
+}
+
 /// A random locally administered unicast MAC address.
 ///
 /// Not checked against the node's links: with 46 random bits a clash is far less likely than

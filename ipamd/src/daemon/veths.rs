@@ -2,9 +2,10 @@
 //! veth pair with the pod's namespace, which a runtime removes right after DEL. Where the
 //! namespace stays (a runtime that keeps it, a DEL by hand, a plugin that died mid-ADD), the
 //! veth would stay too; ipamd deletes every veth of its prefix that has carried no pod route
-//! for [`VETH_GRACE`].
+//! for [`VETH_GRACE`], unless an attachment it holds is named by it: that pod is alive (its
+//! ADD is wiring it, or something other than DEL took its route) and keeps its veth.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use pool::{StateStore, Timestamp};
@@ -68,6 +69,12 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 return false;
             }
         };
+        let held = self.held_veths();
+        let (held_idle, idle): (Vec<_>, Vec<_>) =
+            idle.into_iter().partition(|v| held.contains(&v.name));
+        for veth in held_idle {
+            warn!(veth = %veth.name, "the veth of an attachment ipamd holds carries no route; keeping it");
+        }
         let (due, waiting) = {
             let mut since = lock(&self.idle_veths);
             let due = since.observe(idle, self.clock.now(), VETH_GRACE);
@@ -81,6 +88,28 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             }
         }
         waiting
+    }
+
+    /// The veth names of the attachments ipamd holds, both families.
+    fn held_veths(&self) -> BTreeSet<String> {
+        let prefix = &self.node.net.snat.veth_prefix;
+        let name = |key: &pool::AttachmentKey, pod: &pool::PodInfo| {
+            netops::host_veth_name(
+                prefix,
+                &pod.namespace,
+                &pod.name,
+                &key.container_id,
+                &key.ifname,
+            )
+        };
+        let pool = lock(&self.pool);
+        let v4 = pool.allocations().into_iter().map(|a| name(&a.key, &a.pod));
+        let v6 = pool
+            .v6()
+            .allocations()
+            .into_iter()
+            .map(|a| name(&a.key, &a.pod));
+        v4.chain(v6).collect()
     }
 
     /// Waits until a DEL has unrouted a pod whose veth may outlive it.
