@@ -604,16 +604,16 @@ running_count() { # app
 }
 
 # Applies the Deployment NAME of COUNT pods and prints the milliseconds from just before
-# `kubectl apply` to the first poll (every 0.2 s) that finds all of them Running; dies after
-# 180 s.
+# `kubectl apply` to the start of the first poll (every 0.2 s) that finds all of them Running;
+# dies after 180 s.
 kube_start_pods() { # name count
   local t0 now deadline
   kube_deployment "$1" "$2" "$WORK/$1.json"
-  t0=${EPOCHREALTIME/./}
+  t0=${EPOCHREALTIME//[!0-9]/}
   deadline=$((t0 + 180000000))
   kctl apply -f "$WORK/$1.json" >/dev/null || die "kubelet: kubectl apply of $1 failed"
   while :; do
-    now=${EPOCHREALTIME/./}
+    now=${EPOCHREALTIME//[!0-9]/}
     [ "$(running_count "$1")" -lt "$2" ] || break
     if [ "$now" -ge "$deadline" ]; then
       kctl get pods -l "app=$1" -o wide >&2 || true
@@ -724,7 +724,7 @@ bench_kubelet() {
     "m5.24xlarge node (subnet /20, MINIMUM_IP_TARGET=100, WARM_IP_TARGET=10, ipamd from the release" \
     "build as a process of the node). A Deployment of $KUBE_PODS pods (busybox \`sleep\`, the image already" \
     "on the node) is created with \`kubectl apply\`; the figure runs from just before that command to" \
-    "the first poll (\`kubectl get pods\`, every 0.2 s) that finds all $KUBE_PODS pods in phase Running: the" \
+    "the start of the first poll (\`kubectl get pods\`, every 0.2 s) that finds all $KUBE_PODS pods in phase Running: the" \
     "scheduler, the kubelet, containerd's sandboxes (the CNI ADDs among them) and the containers" \
     "started. The same node then runs the same Deployment with ptp + host-local ($KUBE_PTP_SUBNET)," \
     "chained with the shipped conflist's portmap entry as vpc-cni is: a conflist that sorts first in" \
