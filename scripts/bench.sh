@@ -5,13 +5,15 @@
 #
 #   scripts/bench.sh [--runs N] [--only SECTION,...]
 #
-#   --runs N    hyperfine runs per latency figure are 10 x N; concurrency, cold-ADD and RSS
-#               runs are N (default 5).
+#   --runs N    hyperfine runs per latency figure are 10 x N; concurrency, cold-ADD, RSS and
+#               kubelet runs are N (default 5).
 #   --only ...  run only these sections and print the results; docs/benchmarks.md is written
 #               only by a full run. Sections: latency, concurrency, rss, size, cold, churn,
-#               brain.
+#               kubelet, brain.
 #
-# Needs root (network namespaces). Installs hyperfine and containernetworking-plugins.
+# Needs root (network namespaces). Installs hyperfine and containernetworking-plugins. The
+# kubelet section runs kube-in-a-box (vpc-box.sh up --kube), which builds its cache the first
+# time.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -26,7 +28,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "--runs must be a positive number"
-ALL_SECTIONS="latency concurrency rss size cold churn brain"
+ALL_SECTIONS="latency concurrency rss size cold churn kubelet brain"
 for s in ${ONLY//,/ }; do
   [[ " $ALL_SECTIONS " == *" $s "* ]] || die "unknown section '$s' (sections: $ALL_SECTIONS)"
 done
@@ -585,15 +587,182 @@ bench_churn() {
   [ "$(verdict "$mutating" '==' 0)" = met ] || MISSES+=("- **EC2 calls in steady churn**: $mutating calls that change the pool ($(jq -c . <<<"$diff")).")
 }
 
-# Issue 17's kubelet figure (a Deployment of 30 on kube-in-a-box, vpc-cni against ptp +
-# host-local in the same run) has no section yet: say so wherever the targets are listed.
-MISSES+=("- **Pod start through the kubelet** (a Deployment of 30 pods, creation to all Running, against ptp + host-local on the same cluster): not measured; bench.sh has no kube-in-a-box section yet.")
+# --- section: pod start through the kubelet (kube-in-a-box) -----------------------------------
+# A Deployment of $KUBE_PODS pods on a one-node kube-in-a-box (kubelet -> containerd -> CNI),
+# timed from `kubectl apply` to every pod reporting phase Running, with the shipped conflist
+# (vpc-cni chained with portmap, ipamd from the release binaries as a host process) and with
+# ptp + host-local chained with the same portmap, in turn on the same node. Only the node's
+# own CNI directories change (kube-box.sh's KUBE_NODE_PATHS, private to the box).
+KUBE_PODS=30
+# containerd loads only the first conflist of its conf dir by name (max_conf_num = 1): one
+# that sorts before 10-vpc-cni.conflist takes the node over, and removing it gives the node
+# back to vpc-cni. A config is there at every moment, so the node never turns NotReady.
+KUBE_PTP_CONF=05-bench-ptp.conflist
+KUBE_PTP_NET=bench-ptp
+KUBE_PTP_SUBNET=10.88.0.0/16
+
+# kubectl as the box's administrator, called directly in the control plane's namespace:
+# `vpc-box.sh kubectl` would add a script start to every poll.
+KUBE_CTL=()
+kctl() { "${KUBE_CTL[@]}" "$@"; }
+
+# sleep as PID 1 ignores SIGTERM: a grace period of 1 s keeps each delete short.
+kube_deployment() { # name replicas file
+  jq -n --arg n "$1" --argjson r "$2" '{apiVersion: "apps/v1", kind: "Deployment",
+    metadata: {name: $n}, spec: {replicas: $r, selector: {matchLabels: {app: $n}},
+      template: {metadata: {labels: {app: $n}}, spec: {terminationGracePeriodSeconds: 1,
+        containers: [{name: "sleep", image: "localhost/busybox:box", imagePullPolicy: "Never",
+          command: ["sleep", "3600"]}]}}}}' >"$3"
+}
+
+running_count() { # app
+  kctl get pods -l "app=$1" -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' \
+    | grep -c '^Running$' || true
+}
+
+# Applies the Deployment NAME of COUNT pods and prints the milliseconds from just before
+# `kubectl apply` to the start of the first poll (every 0.2 s) that finds all of them Running;
+# dies after 180 s.
+kube_start_pods() { # name count
+  local t0 now deadline
+  kube_deployment "$1" "$2" "$WORK/$1.json"
+  t0=${EPOCHREALTIME//[!0-9]/}
+  deadline=$((t0 + 180000000))
+  kctl apply -f "$WORK/$1.json" >/dev/null || die "kubelet: kubectl apply of $1 failed"
+  while :; do
+    now=${EPOCHREALTIME//[!0-9]/}
+    [ "$(running_count "$1")" -lt "$2" ] || break
+    if [ "$now" -ge "$deadline" ]; then
+      kctl get pods -l "app=$1" -o wide >&2 || true
+      die "kubelet: the $2 pods of $1 were not all Running within 180 s"
+    fi
+    sleep 0.2
+  done
+  echo $(( (now - t0) / 1000 ))
+}
+
+ipamd_holds() { [ "$(pool "$1" | jq '.Totals.AssignedIPs')" -eq "$2" ]; } # node-netns count
+ipamd_has_ip() { # node-netns ip
+  ip netns exec "$1" curl -sf --max-time 5 http://127.0.0.1:61679/v1/pods \
+    | jq -e --arg ip "$2" 'any(.[]; .IP == $ip)' >/dev/null
+}
+# host-local keeps one file per address it has handed out, named by the address.
+host_local_holds() { # dir count
+  [ "$(find "$1" -maxdepth 1 -type f -name '*.*.*.*' 2>/dev/null | grep -c .)" -eq "$2" ]
+}
+kube_no_pods() { local out; out=$(kctl get pods -l "app=$1" -o name) && [ -z "$out" ]; }
+# No pod of NAME in the API, and none held by either plugin.
+kube_gone() { kube_no_pods "$1" && ipamd_holds "$2" 0 && host_local_holds "$3" 0; } # name node-netns hl-dir
+
+# Deletes the Deployment NAME and waits until its pods are gone from the API and every DEL has
+# run, by each plugin's own state: containerd tears a sandbox down with the config it has
+# loaded at that moment, so no sandbox of one plugin may outlive the switch to the other.
+kube_stop_pods() { # name node-netns hl-dir
+  kctl delete deployment "$1" --wait=false >/dev/null
+  wait_for 120 kube_gone "$@" \
+    || die "kubelet: pods of $1 still there 120 s after the delete (API: $(kctl get pods -l "app=$1" --no-headers | grep -c .), ipamd: $(pool "$2" | jq '.Totals.AssignedIPs'))"
+}
+
+# Starts the one-pod Deployment NAME and prints the pod's address, to see which plugin
+# containerd calls now. It also brings each measured run to the same start: the images'
+# snapshots in use and the plugin's binaries read.
+kube_probe() { # name
+  kube_start_pods "$1" 1 >/dev/null
+  kctl get pods -l "app=$1" -o jsonpath='{.items[0].status.podIP}'
+}
+
+spread() { printf '%s\n' "$@" | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.0f", hi - lo }'; }
+
+bench_kubelet() {
+  local name=${TAG}b box node paths conf_dir hl_dir run try ms ip kver
+  local -a v_ms=() p_ms=()
+  say "kubelet: a Deployment of $KUBE_PODS pods, vpc-cni vs ptp + host-local, $RUNS runs each"
+  # Enough addresses for every pod and for the previous run's, still cooling, without growth.
+  box_up "$name" --kube --instance-type m5.24xlarge --subnet 10.0.0.0/20 \
+    --ipamd-env MINIMUM_IP_TARGET=100 --ipamd-env WARM_IP_TARGET=10
+  box=$BOX_JSON
+  node=$(jq -r '.nodes[0].netns' <<<"$box")
+  kver=$(jq -r '.kube.version' <<<"$box")
+  KUBE_CTL=(nsenter --net="/run/netns/$(jq -r '.kube.netns' <<<"$box")" "$(jq -r '.kube.kubectl' <<<"$box")"
+    --kubeconfig "$(jq -r '.kube.kubeconfig' <<<"$box")" --cache-dir "$(jq -r '.run_dir' <<<"$box")/kube/cache")
+  # The node's own directories (kube-box.sh's kube_node_path) sit beside its kubelet's log.
+  paths=$(dirname "$(jq -r '.nodes[0].kubelet_log' <<<"$box")")/paths
+  conf_dir=$paths/etc/cni/net.d
+  hl_dir=$paths/var/lib/cni/networks/$KUBE_PTP_NET
+  [ -f "$conf_dir/10-vpc-cni.conflist" ] || die "kubelet: no vpc-cni conflist in $conf_dir"
+  cp "$REF/ptp" "$REF/host-local" "$paths/opt/cni/bin/"
+  # The box links portmap to this very Debian binary already; a copy onto the link would
+  # write through it.
+  [ -e "$paths/opt/cni/bin/portmap" ] || cp "$REF/portmap" "$paths/opt/cni/bin/"
+  # ptp + host-local, chained with the shipped conflist's own portmap entry.
+  jq --arg net "$KUBE_PTP_NET" --arg subnet "$KUBE_PTP_SUBNET" '{cniVersion, name: $net,
+    plugins: ([{type: "ptp", ipam: {type: "host-local", subnet: $subnet, routes: [{dst: "0.0.0.0/0"}]}}]
+      + .plugins[1:])}' "$REPO/config/10-vpc-cni.conflist" >"$WORK/ptp.conflist"
+  for run in $(seq "$RUNS"); do
+    # containerd reloads the conf dir on its own, moments after a change: up to three probes
+    # until the pod's address is the plugin's.
+    for try in 1 2 3; do
+      ip=$(kube_probe "probe-v$run-$try")
+      if ipamd_has_ip "$node" "$ip"; then break; fi
+      kube_stop_pods "probe-v$run-$try" "$node" "$hl_dir"
+      [ "$try" -lt 3 ] || die "kubelet: containerd does not call vpc-cni (the probe pod got '$ip', not an address of ipamd's)"
+    done
+    kube_stop_pods "probe-v$run-$try" "$node" "$hl_dir"
+    wait_available "$node" $((KUBE_PODS + 10))
+    ms=$(kube_start_pods "bench-v$run" "$KUBE_PODS")
+    ipamd_holds "$node" "$KUBE_PODS" || die "kubelet: ipamd does not hold the $KUBE_PODS pods of run $run"
+    v_ms+=("$ms")
+    kube_stop_pods "bench-v$run" "$node" "$hl_dir"
+
+    # A dot file is no config to libcni: the conflist appears whole, in one rename.
+    cp "$WORK/ptp.conflist" "$conf_dir/.$KUBE_PTP_CONF"
+    mv "$conf_dir/.$KUBE_PTP_CONF" "$conf_dir/$KUBE_PTP_CONF"
+    for try in 1 2 3; do
+      ip=$(kube_probe "probe-p$run-$try")
+      if [ -n "$ip" ] && [ -f "$hl_dir/$ip" ]; then break; fi
+      kube_stop_pods "probe-p$run-$try" "$node" "$hl_dir"
+      [ "$try" -lt 3 ] || die "kubelet: containerd does not call ptp + host-local (the probe pod got '$ip', not in $KUBE_PTP_SUBNET)"
+    done
+    kube_stop_pods "probe-p$run-$try" "$node" "$hl_dir"
+    ms=$(kube_start_pods "bench-p$run" "$KUBE_PODS")
+    host_local_holds "$hl_dir" "$KUBE_PODS" || die "kubelet: host-local does not hold the $KUBE_PODS pods of run $run"
+    p_ms+=("$ms")
+    kube_stop_pods "bench-p$run" "$node" "$hl_dir"
+    rm "$conf_dir/$KUBE_PTP_CONF"
+  done
+  box_down "$name"
+  local v_stats p_stats v_med p_med ok
+  v_stats=$(printf '%s\n' "${v_ms[@]}" | stats); p_stats=$(printf '%s\n' "${p_ms[@]}" | stats)
+  v_med=$(printf '%s\n' "${v_ms[@]}" | median); p_med=$(printf '%s\n' "${p_ms[@]}" | median)
+  ok=$(verdict "$v_med" '<=' "$p_med")
+  record "kubelet, a Deployment of $KUBE_PODS pods, creation -> all Running: vpc-cni $v_stats, ptp + host-local $p_stats (target median <= ptp's: $ok)"
+  [ "$ok" = met ] || MISSES+=("- **Pod start through the kubelet**: a Deployment of $KUBE_PODS pods took a median $v_med ms from creation to all Running with vpc-cni, against $p_med ms with ptp + host-local on the same node in the same run ($(awk -v v="$v_med" -v p="$p_med" 'BEGIN { printf "%.0f", v - p }') ms slower). For scale, the runs of one plugin spread over $(spread "${v_ms[@]}") ms (vpc-cni) and $(spread "${p_ms[@]}") ms (ptp + host-local), max - min.")
+  doc "## Pod start through the kubelet" "" \
+    "A real Kubernetes ($kver: kube-apiserver, scheduler and controller-manager, containerd" \
+    "$("$KUBE_CACHE/bin/containerd" --version 2>/dev/null | awk '{print $3}') and a kubelet: kube-in-a-box, \`scripts/vpc-box.sh up --kube\`) with one" \
+    "m5.24xlarge node (subnet /20, MINIMUM_IP_TARGET=100, WARM_IP_TARGET=10, ipamd from the release" \
+    "build as a process of the node). A Deployment of $KUBE_PODS pods (busybox \`sleep\`, the image already" \
+    "on the node) is created with \`kubectl apply\`; the figure runs from just before that command to" \
+    "the start of the first poll (\`kubectl get pods\`, every 0.2 s) that finds all $KUBE_PODS pods in phase Running: the" \
+    "scheduler, the kubelet, containerd's sandboxes (the CNI ADDs among them) and the containers" \
+    "started. The same node then runs the same Deployment with ptp + host-local ($KUBE_PTP_SUBNET)," \
+    "chained with the shipped conflist's portmap entry as vpc-cni is: a conflist that sorts first in" \
+    "the node's own conf dir, which containerd reloads; one probe pod before each run shows the" \
+    "plugin in use (its address is ipamd's, or one of host-local's). vpc-cni and ptp runs alternate," \
+    "$RUNS of each; between runs the Deployment is deleted and every DEL awaited. Each vpc-cni run" \
+    "starts with $((KUBE_PODS + 10)) addresses available, so the pool never grows during it." "" \
+    "| Plugin | Creation -> all $KUBE_PODS Running ($RUNS runs) | Target |" "|---|---|---|" \
+    "| vpc-cni | $v_stats | median <= ptp + host-local's: $ok |" \
+    "| ptp + host-local | $p_stats | - |" ""
+}
+
 want latency && bench_latency
 want concurrency && bench_concurrency
 want rss && bench_rss
 want size && bench_size
 want cold && bench_cold
 want churn && bench_churn
+want kubelet && bench_kubelet
 want brain && bench_brain
 
 echo
