@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use pool::{StateStore, Timestamp};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use cloud::{Ec2, Imds};
 
@@ -73,7 +73,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         let (held_idle, idle): (Vec<_>, Vec<_>) =
             idle.into_iter().partition(|v| held.contains(&v.name));
         for veth in held_idle {
-            warn!(veth = %veth.name, "the veth of an attachment ipamd holds carries no route; keeping it");
+            // Mostly an ADD between creating its veth and routing it: not worth a warning.
+            debug!(veth = %veth.name, "the veth of an attachment ipamd holds carries no route; keeping it");
         }
         let (due, waiting) = {
             let mut since = lock(&self.idle_veths);
