@@ -101,7 +101,6 @@ fn del_succeeds_and_cleans_the_host_while_ipamd_is_down() {
     // ipamd/tests/recovery.rs.)
     vbox.start_ipamd(1);
     assert_eq!(vbox.status(1).pool.assigned, 1);
-    assert_host_clean(&node.netns, &ip, &veth);
     let log = std::fs::read_to_string(&node.ipamd_log).unwrap();
     assert!(
         log.lines()
@@ -111,6 +110,8 @@ fn del_succeeds_and_cleans_the_host_while_ipamd_is_down() {
     let gc = conf("1.1.0", &socket, json!({ "cni.dev/valid-attachments": [] }));
     e2e::Cni::new("GC", node).stdin(gc).run().ok_silent();
     assert_eq!(vbox.status(1).pool.assigned, 0);
+    // While ipamd held the address it kept the pod's veth; released, the veth goes.
+    assert_host_clean(&node.netns, &ip, &veth);
 }
 
 #[test]

@@ -540,26 +540,32 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         keys: &[pool::AttachmentKey],
         now: Timestamp,
     ) -> Result<Vec<(pool::AttachmentKey, Vec<IpAddr>)>, PersistError> {
-        self.persist(|pool| {
-            let mut released = Vec::new();
-            let mut muts = Vec::new();
-            for key in keys {
-                let mut ips: Vec<IpAddr> = Vec::new();
-                if let Some((r, m)) = pool.release(key, now) {
-                    ips.push(r.allocation.ip.into());
-                    muts.extend(m);
+        let released = self
+            .persist(|pool| {
+                let mut released = Vec::new();
+                let mut muts = Vec::new();
+                for key in keys {
+                    let mut ips: Vec<IpAddr> = Vec::new();
+                    if let Some((r, m)) = pool.release(key, now) {
+                        ips.push(r.allocation.ip.into());
+                        muts.extend(m);
+                    }
+                    if let Some((a, m)) = pool.v6_mut().release(key, now) {
+                        ips.push(a.ip.into());
+                        muts.extend(m);
+                    }
+                    if !ips.is_empty() {
+                        released.push((key.clone(), ips));
+                    }
                 }
-                if let Some((a, m)) = pool.v6_mut().release(key, now) {
-                    ips.push(a.ip.into());
-                    muts.extend(m);
-                }
-                if !ips.is_empty() {
-                    released.push((key.clone(), ips));
-                }
-            }
-            Ok::<_, PersistError>((released, muts))
-        })
-        .await
+                Ok::<_, PersistError>((released, muts))
+            })
+            .await;
+        if released.as_ref().is_ok_and(|r| !r.is_empty()) {
+            // Their pods' veths are no longer kept: the next sweep may take them.
+            self.unrouted.notify_one();
+        }
+        released
     }
 
     fn log_pool_stats(&self) {

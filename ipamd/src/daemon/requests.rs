@@ -302,6 +302,10 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         for (key, held) in &by_key {
             info!(attachment = %key, addresses = %held, "GC released address");
         }
+        if !by_key.is_empty() {
+            // A released attachment's veth is no longer kept: the next sweep may take it.
+            self.unrouted.notify_one();
+        }
         Ok(Reply::Gc(proto::GcReply {
             released: by_key.values().filter_map(Held::allocation).collect(),
         }))
