@@ -15,7 +15,14 @@ fn every_verb_in_every_version() {
     require_root();
     // m5.large: 9 addresses on the primary ENI, so five pods leave some available and STATUS
     // stays ready while the released ones cool down.
-    let vbox = VpcBox::up(&["--instance-type", "m5.large"]);
+    // Each DEL's veth stays with its namespace until ipamd's sweep takes it (seconds): a
+    // cooldown longer than the whole test keeps every released address cooling to the end.
+    let vbox = VpcBox::up(&[
+        "--instance-type",
+        "m5.large",
+        "--ipamd-env",
+        "IP_COOLDOWN_PERIOD=300",
+    ]);
     let node = vbox.node(1);
     let socket = node.ipamd_socket.clone();
     let mut seen = Vec::new();
