@@ -230,61 +230,32 @@ async fn an_unreadable_aws_node_checkpoint_stops_ipamd_and_names_the_file() {
 async fn a_veth_left_without_a_route_is_deleted_after_its_grace_only() {
     let node = Node::at(1_000);
     let d = node.start(&[]).await;
-    let veth = |index, name: &str| ipamd::host::IdleVeth {
-        index,
-        name: name.into(),
-    };
     // A DEL unrouted a pod whose namespace stays; another link has no prefix of ours.
-    node.host
-        .idle
-        .lock()
-        .unwrap()
-        .extend([veth(40, "eni0123456789a"), veth(41, "cali0123")]);
+    node.host.leave_veth(40, "eni0123456789a");
+    node.host.leave_veth(41, "cali0123");
 
     assert!(d.sweep_veths().await, "the veth waits out its grace");
     node.clock
         .advance(ipamd::VETH_GRACE - Duration::from_millis(1));
     assert!(d.sweep_veths().await);
-    assert!(
-        !node
-            .host
-            .calls()
-            .iter()
-            .any(|c| c.starts_with("delete link"))
-    );
+    assert!(node.host.deleted_links().is_empty());
 
     node.clock.advance(Duration::from_millis(1));
     assert!(!d.sweep_veths().await, "nothing waits any more");
-    let deleted: Vec<_> = node
-        .host
-        .calls()
-        .into_iter()
-        .filter(|c| c.starts_with("delete link"))
-        .collect();
-    assert_eq!(deleted, ["delete link #40"]);
+    assert_eq!(node.host.deleted_links(), ["delete link #40"]);
 }
 
 #[tokio::test]
 async fn a_veth_routed_again_before_its_grace_is_kept() {
     let node = Node::at(1_000);
     let d = node.start(&[]).await;
-    let idle = ipamd::host::IdleVeth {
-        index: 40,
-        name: "eni0123456789a".into(),
-    };
-    node.host.idle.lock().unwrap().push(idle);
+    node.host.leave_veth(40, "eni0123456789a");
     assert!(d.sweep_veths().await);
     // An ADD in progress added its route.
     node.host.idle.lock().unwrap().clear();
     node.clock.advance(ipamd::VETH_GRACE);
     assert!(!d.sweep_veths().await);
-    assert!(
-        !node
-            .host
-            .calls()
-            .iter()
-            .any(|c| c.starts_with("delete link"))
-    );
+    assert!(node.host.deleted_links().is_empty());
 }
 
 #[tokio::test]
@@ -294,27 +265,18 @@ async fn the_veth_of_a_pod_ipamd_holds_is_kept_until_its_del() {
     ipv4_of(&d, 1).await;
     // Pod 1's ADD is wiring its veth (or its route went by another hand than DEL's).
     let name = netops::host_veth_name("eni", "default", "pod1", "container1", "eth0");
-    node.host.idle.lock().unwrap().push(ipamd::host::IdleVeth {
-        index: 40,
-        name: name.clone(),
-    });
+    node.host.leave_veth(40, &name);
     assert!(
         !d.sweep_veths().await,
         "a held pod's veth is not a candidate"
     );
     node.clock.advance(ipamd::VETH_GRACE * 2);
     assert!(!d.sweep_veths().await);
-    assert!(
-        !node
-            .host
-            .calls()
-            .iter()
-            .any(|c| c.starts_with("delete link"))
-    );
+    assert!(node.host.deleted_links().is_empty());
 
     d.handle(del(1)).await.unwrap();
     assert!(d.sweep_veths().await);
     node.clock.advance(ipamd::VETH_GRACE);
     assert!(!d.sweep_veths().await);
-    assert!(node.host.calls().contains(&"delete link #40".to_string()));
+    assert_eq!(node.host.deleted_links(), ["delete link #40"]);
 }

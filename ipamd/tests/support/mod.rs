@@ -190,6 +190,22 @@ pub struct RecordingHost {
 }
 
 impl RecordingHost {
+    /// Puts a veth without a pod route on the node.
+    pub fn leave_veth(&self, index: u32, name: &str) {
+        self.idle.lock().unwrap().push(IdleVeth {
+            index,
+            name: name.into(),
+        });
+    }
+
+    /// The links the daemon deleted.
+    pub fn deleted_links(&self) -> Vec<String> {
+        self.calls()
+            .into_iter()
+            .filter(|c| c.starts_with("delete link"))
+            .collect()
+    }
+
     pub fn calls(&self) -> Vec<String> {
         self.calls.lock().unwrap().clone()
     }
