@@ -257,7 +257,12 @@ mod doctor {
                 let parts = bundle::collect(&facts, &report).await;
                 let manifest = bundle::write(path, &parts)
                     .with_context(|| format!("writing the bundle {}", path.display()))?;
-                eprintln!("bundle written to {}:\n{manifest}", path.display());
+                let missing = manifest.lines().filter(|l| l.contains("UNAVAILABLE")).count();
+                eprintln!(
+                    "bundle written to {}: {} parts, {missing} of them unavailable (see its MANIFEST.txt)",
+                    path.display(),
+                    parts.len()
+                );
             }
             Ok(ExitCode::from(report.verdict.exit_code()))
         })

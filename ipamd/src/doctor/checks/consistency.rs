@@ -167,8 +167,8 @@ fn orphans(facts: &Facts, kernel: &Kernel, held: &[Held]) -> Vec<Finding> {
             );
         }
     }
-    // A veth carries its pod's routes: one is an orphan when its veth carries no held address
-    // (an IPv6 pod's IPv4 egress address rides on the veth of its IPv6 address).
+    // An IPv6 pod's IPv4 egress address is routed through the veth of its IPv6 address but
+    // is not in /v1/pods: such a route is owned by the pod whose veth it uses.
     let owned: BTreeSet<&str> = veth_routes(kernel, prefix)
         .filter(|r| ips.contains(&r.dst.ip()))
         .filter_map(|r| r.dev.as_deref())
@@ -176,8 +176,12 @@ fn orphans(facts: &Facts, kernel: &Kernel, held: &[Held]) -> Vec<Finding> {
     for route in kernel.routes.iter().filter(|r| {
         r.table == netops::RT_TABLE_MAIN && is_host(&r.dst) && !ips.contains(&r.dst.ip())
     }) {
+        let egress = match route.dst {
+            IpNetwork::V4(dst) => pool::EGRESS_V4_RANGE.contains(dst.ip()),
+            IpNetwork::V6(_) => false,
+        };
         let orphan = match route.dev.as_deref() {
-            Some(dev) => dev.starts_with(prefix.as_str()) && !owned.contains(dev),
+            Some(dev) => dev.starts_with(prefix.as_str()) && !(egress && owned.contains(dev)),
             None => false,
         };
         if orphan {
@@ -636,6 +640,11 @@ mod tests {
             .unwrap()
             .clone();
         route.dst = host(stray);
+        kernel.routes.push(route.clone());
+        // An IPv6 pod's egress address on its veth is not an orphan; on a stale veth it is.
+        route.dst = "169.254.172.9/32".parse().unwrap();
+        kernel.routes.push(route.clone());
+        route.dst = "169.254.172.10/32".parse().unwrap();
         route.dev = Some("enistale0".into());
         route.oif = Some(99);
         kernel.routes.push(route);
@@ -649,7 +658,9 @@ mod tests {
         kernel.rules.push(rule);
         let found = check(&f);
         let orphans = of(&found, "orphans");
-        assert_eq!(orphans.len(), 2, "{orphans:#?}");
+        assert_eq!(orphans.len(), 3, "{orphans:#?}");
+        assert!(orphans.iter().any(|o| o.evidence.contains("169.254.172.10")));
+        assert!(!orphans.iter().any(|o| o.evidence.contains("169.254.172.9/")));
         assert!(
             orphans
                 .iter()
