@@ -7,12 +7,15 @@
 //! [`faults`] makes EC2 misbehave on purpose (throttling, 5xx, slow answers, dropped
 //! connections) by a plan set on the command line (`--fault-*`) or at runtime through
 //! `PUT /_sim/faults`, so clients can be tested against an unreliable EC2. IMDS is never faulted.
+//! [`iam`] (`PUT /_sim/iam`, on the EC2 endpoint too) makes a node look misconfigured: it denies
+//! chosen EC2 actions with `UnauthorizedOperation`.
 
 pub mod clock;
 pub mod config;
 pub mod ec2;
 pub mod fabric;
 pub mod faults;
+pub mod iam;
 pub mod imds;
 pub mod launch;
 pub mod model;

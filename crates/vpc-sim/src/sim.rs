@@ -1,5 +1,5 @@
-//! The shared state every server reads: the model, the clock, the IMDS lag, the EC2 fault plan,
-//! and whatever must follow the model's changes (the fabric in fabric mode).
+//! The shared state every server reads: the model, the clock, the IMDS lag, the EC2 fault plan
+//! and IAM policy, and whatever must follow the model's changes (the fabric in fabric mode).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::clock::Clock;
 use crate::fabric::{Fabric, FabricError, Runner};
 use crate::faults::{Decision, FaultError, FaultReport, Faults, Injector};
+use crate::iam::{Iam, IamError, IamPolicy, IamReport};
 use crate::model::Model;
 
 /// Something that must reflect every change of the model before EC2 answers (in fabric mode,
@@ -26,7 +27,7 @@ impl<R: Runner + Send> Follower for Fabric<R> {
 pub type SharedFollower = Arc<Mutex<dyn Follower>>;
 
 /// One simulator: the model behind a lock, the clock that stamps changes, the IMDS lag, the
-/// fault injector, and an optional follower.
+/// fault injector, the IAM policy, and an optional follower.
 pub struct Sim {
     model: Mutex<Model>,
     clock: Arc<dyn Clock>,
@@ -35,6 +36,7 @@ pub struct Sim {
     follower: Option<SharedFollower>,
     calls: Mutex<BTreeMap<String, u64>>,
     faults: Mutex<Injector>,
+    iam: Mutex<Iam>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -47,6 +49,7 @@ impl std::fmt::Debug for Sim {
             .field("follower", &self.follower.is_some())
             .field("calls", &self.calls)
             .field("faults", &self.faults)
+            .field("iam", &self.iam)
             .finish()
     }
 }
@@ -62,6 +65,7 @@ impl Sim {
             follower: None,
             calls: Mutex::default(),
             faults: Mutex::default(),
+            iam: Mutex::default(),
         }
     }
 
@@ -134,6 +138,31 @@ impl Sim {
     /// it hands out next) stays exactly as if the call had never come.
     pub fn fault_request_hex(&self) -> String {
         self.injector().random_hex(32)
+    }
+
+    /// Replaces the IAM policy (see [`crate::iam`]); a bad policy changes nothing.
+    pub fn set_iam(&self, policy: IamPolicy) -> Result<(), IamError> {
+        self.iam().set(policy)
+    }
+
+    /// The IAM policy in force and the calls it denied so far.
+    pub fn iam_report(&self) -> IamReport {
+        self.iam().report()
+    }
+
+    /// Whether the IAM policy denies this call of `action`; a denial is counted.
+    pub fn iam_denies(&self, action: &str) -> bool {
+        self.iam().check(action)
+    }
+
+    /// A request id for a denied call, drawn outside the model like a faulted call's.
+    pub fn iam_request_hex(&self) -> String {
+        self.iam().random_hex(32)
+    }
+
+    fn iam(&self) -> MutexGuard<'_, Iam> {
+        // Nothing in it can be left half-updated by a panic.
+        self.iam.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn injector(&self) -> MutexGuard<'_, Injector> {
