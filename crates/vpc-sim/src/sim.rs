@@ -1,5 +1,6 @@
-//! The shared state every server reads: the model, the clock, the IMDS lag, the EC2 fault plan
-//! and IAM policy, and whatever must follow the model's changes (the fabric in fabric mode).
+//! The shared state every server reads: the model, the clock, the IMDS lag and freeze, the EC2
+//! fault plan and IAM policy, and whatever must follow the model's changes (the fabric in fabric
+//! mode).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -8,7 +9,8 @@ use crate::clock::Clock;
 use crate::fabric::{Fabric, FabricError, Runner};
 use crate::faults::{Decision, FaultError, FaultReport, Faults, Injector};
 use crate::iam::{Iam, IamError, IamPolicy, IamReport};
-use crate::model::Model;
+use crate::imds::freeze::{FreezeReport, Frozen};
+use crate::model::{InstanceView, Model};
 
 /// Something that must reflect every change of the model before EC2 answers (in fabric mode,
 /// the VPC's links and delivery routes).
@@ -26,8 +28,8 @@ impl<R: Runner + Send> Follower for Fabric<R> {
 /// A follower shared between the EC2 server and whoever tears it down.
 pub type SharedFollower = Arc<Mutex<dyn Follower>>;
 
-/// One simulator: the model behind a lock, the clock that stamps changes, the IMDS lag, the
-/// fault injector, the IAM policy, and an optional follower.
+/// One simulator: the model behind a lock, the clock that stamps changes, the IMDS lag and
+/// freeze, the fault injector, the IAM policy, and an optional follower.
 pub struct Sim {
     model: Mutex<Model>,
     clock: Arc<dyn Clock>,
@@ -37,6 +39,7 @@ pub struct Sim {
     calls: Mutex<BTreeMap<String, u64>>,
     faults: Mutex<Injector>,
     iam: Mutex<Iam>,
+    imds_frozen: Mutex<Option<Frozen>>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -50,6 +53,7 @@ impl std::fmt::Debug for Sim {
             .field("calls", &self.calls)
             .field("faults", &self.faults)
             .field("iam", &self.iam)
+            .field("imds_frozen", &self.imds_frozen)
             .finish()
     }
 }
@@ -66,6 +70,7 @@ impl Sim {
             calls: Mutex::default(),
             faults: Mutex::default(),
             iam: Mutex::default(),
+            imds_frozen: Mutex::default(),
         }
     }
 
@@ -109,6 +114,45 @@ impl Sim {
     /// How long IMDS lags behind EC2.
     pub fn imds_lag_ms(&self) -> u64 {
         self.imds_lag_ms
+    }
+
+    /// What `instance_id`'s IMDS shows at `now_ms`: the lagged view of the model, or, while
+    /// IMDS is frozen, the view it showed when it was frozen. `None` for an unknown instance.
+    pub fn imds_view(&self, instance_id: &str, now_ms: u64) -> Option<InstanceView> {
+        // Lock order: the freeze before the model (as in `set_imds_frozen`), never the reverse.
+        if let Some(frozen) = self.frozen().as_ref() {
+            return frozen.views.get(instance_id).cloned();
+        }
+        self.model()
+            .imds_view(instance_id, now_ms, self.imds_lag_ms)
+    }
+
+    /// Freezes every instance's IMDS as it is now, or unfreezes it. Freezing a frozen IMDS keeps
+    /// the first picture: a repeated request must not quietly move the moment a test relies on.
+    pub fn set_imds_frozen(&self, frozen: bool) {
+        let mut slot = self.frozen();
+        match (frozen, slot.is_some()) {
+            (true, false) => {
+                *slot = Some(Frozen::take(&self.model(), self.now_ms(), self.imds_lag_ms))
+            }
+            (false, true) => *slot = None,
+            _ => {}
+        }
+    }
+
+    /// Whether IMDS is frozen, since when, and its lag.
+    pub fn imds_report(&self) -> FreezeReport {
+        let at = self.frozen().as_ref().map(|f| f.at_ms);
+        FreezeReport {
+            frozen: at.is_some(),
+            frozen_at_ms: at,
+            lag_ms: self.imds_lag_ms,
+        }
+    }
+
+    fn frozen(&self) -> MutexGuard<'_, Option<Frozen>> {
+        // Replaced whole or not at all: a panic cannot leave it half-written.
+        self.imds_frozen.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Counts one EC2 request for `action`, answered, refused or faulted (injected faults are

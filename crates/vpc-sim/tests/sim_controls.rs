@@ -1,18 +1,19 @@
-//! The runtime controls that make a node look misconfigured: IAM denial (`/_sim/iam`).
-//! In-process, plus the binary over real sockets.
+//! The runtime controls that make a node look misconfigured: IAM denial (`/_sim/iam`) and a
+//! frozen, stale IMDS (`/_sim/imds`). In-process, plus the binary over real sockets.
 
 mod common;
 
 use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 
+use axum::Router;
 use axum::body::Body;
 use axum::http::Request;
 use cloud::aws::AwsEc2;
 use cloud::aws::sdk::config::retry::RetryConfig;
 use cloud::aws::sdk::error::ProvideErrorMetadata;
 use cloud::{CloudErrorKind, Ec2};
-use common::{Harness, Reply, SimProcess, host_port, sdk_client, topology};
+use common::{Harness, Reply, SimProcess, T0, host_port, imds_get, sdk_client, topology};
 use serde_json::{Value, json};
 use testkit::http::exchange;
 use tower::ServiceExt;
@@ -49,6 +50,10 @@ async fn deny(h: &Harness, actions: &[&str]) -> Value {
 
 async fn iam(h: &Harness) -> Value {
     control(h, "GET", "/_sim/iam", Value::Null).await
+}
+
+async fn freeze(h: &Harness, frozen: bool) -> Value {
+    control(h, "PUT", "/_sim/imds", json!({ "frozen": frozen })).await
 }
 
 /// The whole model, to prove a denied call changed nothing.
@@ -265,14 +270,193 @@ async fn denial_applies_with_a_follower_and_it_is_not_asked_to_follow() {
     assert_eq!(probe.lock().unwrap().follows, 1);
 }
 
+const TTL: &str = "x-aws-ec2-metadata-token-ttl-seconds";
+const TOKEN: &str = "x-aws-ec2-metadata-token";
+
+async fn imds_token(r: &Router) -> String {
+    let req = Request::put("/latest/api/token")
+        .header(TTL, "600")
+        .body(Body::empty())
+        .unwrap();
+    let reply = Reply::from(r.clone().oneshot(req).await.unwrap()).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.body
+}
+
+/// An IMDS `meta-data/` GET that must succeed.
+async fn md(r: &Router, tok: &str, path: &str) -> String {
+    let req = Request::get(format!("/latest/meta-data/{path}"))
+        .header(TOKEN, tok)
+        .body(Body::empty())
+        .unwrap();
+    let reply = Reply::from(r.clone().oneshot(req).await.unwrap()).await;
+    assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+    reply.body
+}
+
+fn lines(s: &str) -> Vec<String> {
+    s.lines().map(str::to_string).collect()
+}
+
+#[tokio::test]
+async fn frozen_imds_keeps_the_old_addresses_until_unfrozen() {
+    let h = Harness::basic();
+    let (inst, eni) = h.instance(0);
+    let r = h.imds(&inst);
+    let t = imds_token(&r).await;
+    let mac = md(&r, &t, "mac").await;
+    let ipv4s = format!("network/interfaces/macs/{mac}/local-ipv4s");
+    let old = lines(&md(&r, &t, &ipv4s).await);
+    assert_eq!(old.len(), 1);
+    let report = control(&h, "GET", "/_sim/imds", Value::Null).await;
+    assert_eq!(
+        report,
+        json!({"frozen": false, "frozen_at_ms": null, "lag_ms": 0})
+    );
+
+    h.clock.advance(1_000);
+    let report = freeze(&h, true).await;
+    assert_eq!(
+        report,
+        json!({"frozen": true, "frozen_at_ms": T0 + 1_000, "lag_ms": 0})
+    );
+    h.clock.advance(5_000);
+    let new_ip = h
+        .ok(&assign(&eni))
+        .await
+        .items("assignedPrivateIpAddressesSet")[0]
+        .text_at("privateIpAddress")
+        .to_string();
+    // EC2 has it, IMDS does not: the stale IMDS a node meets.
+    let x = h
+        .ok(&[
+            ("Action", "DescribeNetworkInterfaces"),
+            ("NetworkInterfaceId.1", &eni),
+        ])
+        .await;
+    assert_eq!(
+        x.items("networkInterfaceSet")[0]
+            .items("privateIpAddressesSet")
+            .len(),
+        2
+    );
+    assert_eq!(lines(&md(&r, &t, &ipv4s).await), old);
+    // Tokens keep working while frozen: the old one and a new one.
+    let t2 = imds_token(&r).await;
+    assert_eq!(lines(&md(&r, &t2, &ipv4s).await), old);
+    // Freezing again keeps the first moment.
+    assert_eq!(freeze(&h, true).await["frozen_at_ms"], T0 + 1_000);
+
+    let report = freeze(&h, false).await;
+    assert_eq!(report["frozen"], false);
+    assert_eq!(report["frozen_at_ms"], Value::Null);
+    let now = lines(&md(&r, &t, &ipv4s).await);
+    assert_eq!(now, vec![old[0].clone(), new_ip.clone()]);
+
+    // Stale the other way too: an address EC2 took away stays in a frozen IMDS.
+    freeze(&h, true).await;
+    h.ok(&[
+        ("Action", "UnassignPrivateIpAddresses"),
+        ("NetworkInterfaceId", &eni),
+        ("PrivateIpAddress.1", &new_ip),
+    ])
+    .await;
+    assert_eq!(lines(&md(&r, &t, &ipv4s).await), now);
+    freeze(&h, false).await;
+    assert_eq!(lines(&md(&r, &t, &ipv4s).await), old);
+}
+
+#[tokio::test]
+async fn frozen_imds_hides_a_new_eni_and_unfreezing_returns_to_the_lagged_view() {
+    let lag = 1_500;
+    let h = Harness::new(topology("t3.medium", &["10.0.0.0/24"], 1), lag);
+    let (inst, _) = h.instance(0);
+    let r = h.imds(&inst);
+    let t = imds_token(&r).await;
+    h.clock.advance(10_000);
+    let subnet = h.subnet(0);
+    let x = h
+        .ok(&[("Action", "CreateNetworkInterface"), ("SubnetId", &subnet)])
+        .await;
+    let eni = x.text_at("networkInterface/networkInterfaceId").to_string();
+    let mac = x.text_at("networkInterface/macAddress").to_string();
+    h.ok(&[
+        ("Action", "AttachNetworkInterface"),
+        ("NetworkInterfaceId", &eni),
+        ("InstanceId", &inst),
+        ("DeviceIndex", "1"),
+    ])
+    .await;
+    // Frozen within the lag: IMDS had not shown the ENI yet, and now never will while frozen.
+    h.clock.advance(lag - 1);
+    assert_eq!(freeze(&h, true).await["lag_ms"], lag);
+    h.clock.advance(60_000);
+    assert!(!md(&r, &t, "network/interfaces/macs/").await.contains(&mac));
+    freeze(&h, false).await;
+    assert!(md(&r, &t, "network/interfaces/macs/").await.contains(&mac));
+
+    // Unfrozen, the lag applies again to what comes next.
+    let x = h
+        .ok(&[
+            ("Action", "AssignPrivateIpAddresses"),
+            ("NetworkInterfaceId", &eni),
+            ("SecondaryPrivateIpAddressCount", "1"),
+        ])
+        .await;
+    let ip = x.items("assignedPrivateIpAddressesSet")[0]
+        .text_at("privateIpAddress")
+        .to_string();
+    let ipv4s = format!("network/interfaces/macs/{mac}/local-ipv4s");
+    assert!(!md(&r, &t, &ipv4s).await.contains(&ip));
+    h.clock.advance(lag);
+    assert!(md(&r, &t, &ipv4s).await.lines().any(|l| l == ip));
+}
+
+#[tokio::test]
+async fn a_bad_imds_control_is_refused_with_400_and_changes_nothing() {
+    let h = Harness::basic();
+    freeze(&h, true).await;
+    for (body, needle) in [
+        (
+            r#"{"frozen": "false"}"#,
+            "frozen: \"false\" is not true or false",
+        ),
+        (
+            r#"{"freeze": false}"#,
+            "freeze: unknown field; known: frozen",
+        ),
+        ("[]", "expected a JSON object"),
+    ] {
+        let r = admin(&h, "PUT", "/_sim/imds", body).await;
+        assert_eq!(r.status, 400, "{body}");
+        let e: Value = serde_json::from_str(&r.body).unwrap();
+        let msg = e["error"].as_str().unwrap();
+        assert!(msg.contains(needle), "{body}: {msg}");
+    }
+    assert_eq!(
+        control(&h, "GET", "/_sim/imds", Value::Null).await["frozen"],
+        true
+    );
+    // `{}` unfreezes, as `{}` turns faults off.
+    assert_eq!(
+        control(&h, "PUT", "/_sim/imds", json!({})).await["frozen"],
+        false
+    );
+}
+
 #[test]
-fn the_binary_serves_the_iam_control_and_documents_it() {
+fn the_binary_serves_both_controls_and_documents_them() {
     let help = std::process::Command::new(env!("CARGO_BIN_EXE_vpc-sim"))
         .arg("--help")
         .output()
         .unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
-    for needle in ["PUT /_sim/iam", "GET /_sim/iam"] {
+    for needle in [
+        "PUT /_sim/iam",
+        "GET /_sim/iam",
+        "PUT /_sim/imds",
+        "GET /_sim/imds",
+    ] {
         assert!(
             help.contains(needle),
             "{needle} missing from --help:\n{help}"
@@ -298,6 +482,7 @@ fn the_binary_serves_the_iam_control_and_documents_it() {
         "Action=AssignPrivateIpAddresses&Version=2016-11-15&NetworkInterfaceId={}&SecondaryPrivateIpAddressCount=1",
         node.primary_eni
     );
+    let ipv4s = format!("meta-data/network/interfaces/macs/{}/local-ipv4s", node.mac);
     let form = "application/x-www-form-urlencoded";
 
     let (status, body) = json_put("/_sim/iam", r#"{"deny": ["AssignPrivateIpAddresses"]}"#);
@@ -325,6 +510,19 @@ fn the_binary_serves_the_iam_control_and_documents_it() {
         "{body}"
     );
     assert_eq!(json_put("/_sim/iam", "{}").0, 200);
+
+    let before = imds_get(&node.imds_endpoint, &ipv4s);
+    assert_eq!(json_put("/_sim/imds", r#"{"frozen": true}"#).0, 200);
+    assert_eq!(send("POST", "/", form, &assign).0, 200);
+    assert_eq!(imds_get(&node.imds_endpoint, &ipv4s), before);
+    let (status, body) = send("GET", "/_sim/imds", form, "");
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["frozen"],
+        true
+    );
+    assert_eq!(json_put("/_sim/imds", r#"{"frozen": false}"#).0, 200);
+    assert_eq!(imds_get(&node.imds_endpoint, &ipv4s).lines().count(), 2);
 
     assert!(sim.terminate().success(), "{}", sim.log());
 }

@@ -1,6 +1,6 @@
 //! The HTTP side of fault injection: EC2's throttling, server-error and permission replies, a
 //! response that makes the server drop the connection, and the controls `GET`/`PUT
-//! /_sim/faults` and `/_sim/iam`.
+//! /_sim/faults`, `/_sim/iam` and `/_sim/imds`.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -16,6 +16,7 @@ use super::{Ec2Error, json_reply};
 use crate::Sim;
 use crate::faults::{Faults, ServerError};
 use crate::iam::IamPolicy;
+use crate::imds::freeze::FreezeRequest;
 use crate::model::ACCOUNT_ID;
 
 /// The role a denied caller is told it assumed: fake, but stable, so tests and docs can quote
@@ -128,6 +129,28 @@ pub async fn put_iam(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
     match installed {
         Ok(()) => get_iam(State(sim)).await,
         Err(e) => refused("IAM policy", &e),
+    }
+}
+
+/// `GET /_sim/imds`.
+pub async fn get_imds(State(sim): State<Arc<Sim>>) -> Response {
+    json_reply(serde_json::to_string_pretty(&sim.imds_report()))
+}
+
+/// `PUT /_sim/imds`: freezes or unfreezes every instance's IMDS.
+pub async fn put_imds(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
+    match FreezeRequest::from_json(&body) {
+        Ok(req) => {
+            sim.set_imds_frozen(req.frozen);
+            let report = sim.imds_report();
+            tracing::info!(
+                frozen = report.frozen,
+                since_ms = report.frozen_at_ms,
+                "IMDS freeze set"
+            );
+            get_imds(State(sim)).await
+        }
+        Err(e) => refused("IMDS control", &e),
     }
 }
 

@@ -15,7 +15,12 @@
 //!   ..]}` ([`crate::iam::IamPolicy`]; `{}` or `{"deny": []}` allows everything) and answers
 //!   like GET; an unknown action or field, or a wrong type, gets 400 `{"error": ".."}` naming
 //!   it, and the old policy stays. A denied call is answered HTTP 403 `UnauthorizedOperation`
-//!   ([`inject::unauthorized`]), also when it is a DryRun.
+//!   ([`inject::unauthorized`]), also when it is a DryRun;
+//! * `GET /_sim/imds`: whether every instance's IMDS is frozen, since when, and its lag
+//!   ([`crate::imds::freeze::FreezeReport`]);
+//! * `PUT /_sim/imds`: `{"frozen": true}` freezes every IMDS as it is now (EC2 goes on changing),
+//!   `{"frozen": false}` (or `{}`) returns to the live, lagged view; answers like GET, and a bad
+//!   body gets 400 `{"error": ".."}` ([`crate::imds::freeze`]).
 //!
 //! An injected fault and an IAM denial are decided before the model is touched, the fault
 //! first (it stands in front of the service, as EC2's throttling does); see [`crate::faults`]
@@ -77,7 +82,8 @@ pub struct Ctx<'a> {
     pub request_id: &'a str,
 }
 
-/// The EC2 router (plus `/_sim/state`, `/_sim/calls`, `/_sim/faults` and `/_sim/iam`).
+/// The EC2 router (plus `/_sim/state`, `/_sim/calls`, `/_sim/faults`, `/_sim/iam` and
+/// `/_sim/imds`).
 pub fn router(sim: Arc<Sim>) -> Router {
     Router::new()
         .route("/", post(handle))
@@ -88,6 +94,7 @@ pub fn router(sim: Arc<Sim>) -> Router {
             get(inject::get_faults).put(inject::put_faults),
         )
         .route("/_sim/iam", get(inject::get_iam).put(inject::put_iam))
+        .route("/_sim/imds", get(inject::get_imds).put(inject::put_imds))
         .with_state(sim)
 }
 
