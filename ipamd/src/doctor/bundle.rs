@@ -16,9 +16,7 @@ use crate::install::DEFAULT_PLUGIN_LOG_FILE;
 
 /// The directory every part is under in the tarball.
 pub const TOP: &str = "vpc-cni-doctor";
-/// A log part holds at most its last this many bytes.
-pub const LOG_MAX: u64 = 8 << 20;
-/// Any other part is cut at this many bytes.
+/// A part is cut at this many bytes (a log keeps its last ones).
 pub const PART_MAX: usize = 4 << 20;
 /// The parts together, before compression, never exceed this: later parts are left out.
 pub const TOTAL_MAX: usize = 40 << 20;
@@ -160,7 +158,7 @@ fn log_part(name: &'static str, what: &'static str, path: Option<&Path>) -> Part
         name,
         what,
         match path {
-            Some(p) => tail(p, LOG_MAX).map_err(|e| format!("{}: {e}", p.display())),
+            Some(p) => tail(p, PART_MAX as u64).map_err(|e| format!("{}: {e}", p.display())),
             None => Err("ipamd logs to stdout or stderr: see `kubectl logs` of its pod".into()),
         },
     )
