@@ -659,8 +659,16 @@ mod tests {
         let found = check(&f);
         let orphans = of(&found, "orphans");
         assert_eq!(orphans.len(), 3, "{orphans:#?}");
-        assert!(orphans.iter().any(|o| o.evidence.contains("169.254.172.10")));
-        assert!(!orphans.iter().any(|o| o.evidence.contains("169.254.172.9/")));
+        assert!(
+            orphans
+                .iter()
+                .any(|o| o.evidence.contains("169.254.172.10"))
+        );
+        assert!(
+            !orphans
+                .iter()
+                .any(|o| o.evidence.contains("169.254.172.9/"))
+        );
         assert!(
             orphans
                 .iter()
