@@ -93,25 +93,17 @@ fn ip_dumps(facts: &Facts) -> [Part; 4] {
                     .map_or_else(|| i.to_string(), |l| l.name.clone())
             };
             let mut out = String::new();
+            let mut show =
+                |ip: &dyn std::fmt::Display, index: u32, mac: Option<[u8; 6]>, permanent: bool| {
+                    let mac = mac.map(|m| netops::format_mac(&m)).unwrap_or_default();
+                    let state = if permanent { " PERMANENT" } else { "" };
+                    let _ = writeln!(out, "{ip} dev {} lladdr {mac}{state}", name(index));
+                };
             for n in nl.neighbours().map_err(|e| e.to_string())? {
-                let mac = n.mac.map(|m| netops::format_mac(&m)).unwrap_or_default();
-                let _ = writeln!(
-                    out,
-                    "{} dev {} lladdr {mac}{}",
-                    n.ip,
-                    name(n.index),
-                    if n.permanent { " PERMANENT" } else { "" }
-                );
+                show(&n.ip, n.index, n.mac, n.permanent);
             }
             for n in nl.neighbours_of::<std::net::Ipv6Addr>().unwrap_or_default() {
-                let mac = n.mac.map(|m| netops::format_mac(&m)).unwrap_or_default();
-                let _ = writeln!(
-                    out,
-                    "{} dev {} lladdr {mac}{}",
-                    n.ip,
-                    name(n.index),
-                    if n.permanent { " PERMANENT" } else { "" }
-                );
+                show(&n.ip, n.index, n.mac, n.permanent);
             }
             Ok(out)
         });

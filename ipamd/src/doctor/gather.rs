@@ -236,6 +236,27 @@ where
     })
 }
 
+fn routes_of<F: netops::IpFamily>(
+    routes: Vec<netops::RouteOf<F>>,
+    names: &BTreeMap<u32, String>,
+) -> Vec<KRoute>
+where
+    IpNetwork: From<F>,
+    IpAddr: From<F::Addr>,
+{
+    routes
+        .into_iter()
+        .map(|r| KRoute {
+            dst: r.dst.into(),
+            gateway: r.gateway.map(IpAddr::from),
+            dev: r.oif.and_then(|i| names.get(&i).cloned()),
+            oif: r.oif,
+            table: r.table,
+            scope: r.scope,
+        })
+        .collect()
+}
+
 /// The kernel of the namespace the doctor runs in.
 pub fn read_kernel(identity: Option<&NodeIdentity>) -> Result<Kernel, String> {
     let nl = Netlink::current().map_err(text)?;
@@ -247,38 +268,15 @@ pub fn read_kernel(identity: Option<&NodeIdentity>) -> Result<Kernel, String> {
     rules.extend(rules_of(
         nl.rules_of::<ipnetwork::Ipv6Network>().unwrap_or_default(),
     ));
-    let mut routes: Vec<KRoute> = Vec::new();
-    let mut add = |dst: IpNetwork, gateway: Option<IpAddr>, oif: Option<u32>, table: u32, scope| {
-        routes.push(KRoute {
-            dst,
-            gateway,
-            dev: oif.and_then(|i| names.get(&i).cloned()),
-            oif,
-            table,
-            scope,
-        });
-    };
-    for r in nl.all_routes_of::<ipnetwork::Ipv4Network>().map_err(text)? {
-        add(
-            r.dst.into(),
-            r.gateway.map(IpAddr::from),
-            r.oif,
-            r.table,
-            r.scope,
-        );
-    }
-    for r in nl
-        .all_routes_of::<ipnetwork::Ipv6Network>()
-        .unwrap_or_default()
-    {
-        add(
-            r.dst.into(),
-            r.gateway.map(IpAddr::from),
-            r.oif,
-            r.table,
-            r.scope,
-        );
-    }
+    let mut routes = routes_of(
+        nl.all_routes_of::<ipnetwork::Ipv4Network>().map_err(text)?,
+        &names,
+    );
+    routes.extend(routes_of(
+        nl.all_routes_of::<ipnetwork::Ipv6Network>()
+            .unwrap_or_default(),
+        &names,
+    ));
     let rp_filter = identity
         .and_then(|id| netops::parse_mac(&id.primary_eni.mac))
         .and_then(|mac| links.iter().find(|l| l.mac == Some(mac)))
