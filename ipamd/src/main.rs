@@ -138,7 +138,7 @@ mod doctor {
     //! `ipamd doctor`'s command line: builds the real seams and prints the report.
 
     use std::io::Write as _;
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
     use std::process::ExitCode;
     use std::time::Duration;
 
@@ -148,18 +148,6 @@ mod doctor {
     use ipamd::doctor::{self, Facts, Report, bundle, gather, render};
 
     use super::DoctorArgs;
-
-    /// The node's own path, or the host's as the DaemonSet's pod mounts it.
-    fn host_path(given: Option<PathBuf>, path: &str) -> PathBuf {
-        given.unwrap_or_else(|| {
-            let mounted = Path::new("/host").join(path.trim_start_matches('/'));
-            if mounted.is_dir() {
-                mounted
-            } else {
-                PathBuf::from(path)
-            }
-        })
-    }
 
     async fn facts(config: &Config, cni: &gather::CniPaths) -> Facts {
         let imds = AwsImds::new();
@@ -232,8 +220,12 @@ mod doctor {
         // ipamd's environment, but never its log: the doctor writes to the terminal only.
         let config = Config::from_env(|k| std::env::var(k).ok()).context("ipamd's environment")?;
         let cni = gather::CniPaths {
-            conf_dir: host_path(args.cni_conf_dir, "/etc/cni/net.d"),
-            bin_dir: host_path(args.cni_bin_dir, "/opt/cni/bin"),
+            conf_dir: args
+                .cni_conf_dir
+                .unwrap_or_else(|| gather::on_host(Path::new("/etc/cni/net.d"))),
+            bin_dir: args
+                .cni_bin_dir
+                .unwrap_or_else(|| gather::on_host(Path::new("/opt/cni/bin"))),
         };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()

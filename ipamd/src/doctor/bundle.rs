@@ -158,7 +158,7 @@ fn log_part(name: &'static str, what: &'static str, path: Option<&Path>) -> Part
 
 /// The plugin's log file, as our conflist names it.
 fn plugin_log(facts: &Facts) -> std::path::PathBuf {
-    facts
+    let path = facts
         .cni
         .files
         .as_ref()
@@ -168,8 +168,8 @@ fn plugin_log(facts: &Facts) -> std::path::PathBuf {
         .and_then(checks::cni_our_plugin)
         .and_then(|p| p.get("pluginLogFile"))
         .and_then(serde_json::Value::as_str)
-        .unwrap_or(DEFAULT_PLUGIN_LOG_FILE)
-        .into()
+        .unwrap_or(DEFAULT_PLUGIN_LOG_FILE);
+    gather::on_host(Path::new(path))
 }
 
 /// Reads every part.

@@ -22,6 +22,17 @@ use crate::config::{Config, LogTarget};
 use crate::daemon::{TAG_CLUSTER, TAG_INSTANCE_ID};
 use crate::install::PLUGIN_TYPE;
 
+/// A host path as the doctor sees it: the DaemonSet's pod mounts the host's directories under
+/// /host, where the host itself has them at their own path.
+pub fn on_host(path: &Path) -> PathBuf {
+    let mounted = Path::new("/host").join(path.strip_prefix("/").unwrap_or(path));
+    if !path.exists() && mounted.exists() {
+        mounted
+    } else {
+        path.to_path_buf()
+    }
+}
+
 /// How long IMDS may lag EC2 before the doctor calls it a disagreement.
 const IMDS_SETTLE: Duration = Duration::from_secs(3);
 /// The tail of a log the doctor reads.
