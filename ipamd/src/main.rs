@@ -69,11 +69,11 @@ struct DoctorArgs {
     /// check again.
     #[arg(long)]
     fix: bool,
-    /// The CNI conf dir the runtime reads (default: /host/etc/cni/net.d in the DaemonSet's
-    /// pod, else /etc/cni/net.d).
+    /// The CNI conf dir the runtime reads (default: /etc/cni/net.d, or /host/etc/cni/net.d
+    /// where only that exists, as in the DaemonSet's pod).
     #[arg(long, env = "HOST_CNI_CONFDIR_PATH")]
     cni_conf_dir: Option<PathBuf>,
-    /// The CNI bin dir (default: /host/opt/cni/bin in the DaemonSet's pod, else /opt/cni/bin).
+    /// The CNI bin dir (default: /opt/cni/bin, or /host/opt/cni/bin where only that exists).
     #[arg(long, env = "HOST_CNI_BIN_PATH")]
     cni_bin_dir: Option<PathBuf>,
 }
