@@ -200,7 +200,9 @@ fn orphans(facts: &Facts, kernel: &Kernel, held: &[Held]) -> Vec<Finding> {
             );
         }
     }
-    if let Ok(enis) = &facts.ipamd.enis {
+    // Only the tables ENIs of this instance type can have: others belong to other software.
+    if let (Ok(enis), Ok((limits, _))) = (&facts.ipamd.enis, &facts.limits) {
+        let ours = 2..=netops::eni_table(limits.max_enis.saturating_sub(1));
         let tables: BTreeSet<u32> = enis
             .values()
             .flat_map(|c| c.enis.values())
@@ -210,7 +212,7 @@ fn orphans(facts: &Facts, kernel: &Kernel, held: &[Held]) -> Vec<Finding> {
         let stray: BTreeSet<u32> = kernel
             .routes
             .iter()
-            .filter(|r| (2..=netops::eni_table(64)).contains(&r.table))
+            .filter(|r| ours.contains(&r.table))
             .map(|r| r.table)
             .filter(|t| !tables.contains(t))
             .collect();
@@ -680,6 +682,22 @@ mod tests {
             orphans.iter().any(|o| o.evidence.contains("10.0.1.98")
                 && matches!(o.repair, Some(Repair::DeleteRule(_))))
         );
+    }
+
+    #[test]
+    fn a_table_of_an_eni_ipamd_does_not_hold_is_an_orphan() {
+        let mut f = healthy();
+        let kernel = f.kernel.as_mut().unwrap();
+        let mut stale = kernel.routes.iter().find(|r| r.table == 2).unwrap().clone();
+        stale.table = 3;
+        kernel.routes.push(stale.clone());
+        // Beyond the instance's ENIs (3 for a t3.medium): another program's table.
+        stale.table = 100;
+        kernel.routes.push(stale);
+        let found = check(&f);
+        let orphans = of(&found, "orphans");
+        assert_eq!(orphans.len(), 1, "{orphans:#?}");
+        assert!(orphans[0].evidence.contains("route table 3"));
     }
 
     #[test]
