@@ -5,6 +5,7 @@ pub mod clock;
 pub mod config;
 mod convert;
 pub mod daemon;
+pub mod doctor;
 mod durability;
 pub mod host;
 pub mod install;

@@ -50,6 +50,32 @@ enum Command {
     /// conflist into the host once ipamd serves (the runtime reads a conflist as "network
     /// ready").
     Entrypoint(Install),
+    /// Check the node as the troubleshooting guide does (IMDS, EC2 and IAM, capacity, EC2 /
+    /// IMDS / ipamd / kernel consistency, the CNI setup, ipamd itself) and say what is wrong
+    /// and what to do. Run it in the node's network namespace with ipamd's environment.
+    /// Exit status: 0 healthy, 1 degraded, 2 broken, 3 the doctor could not run.
+    Doctor(DoctorArgs),
+}
+
+#[derive(clap::Args)]
+struct DoctorArgs {
+    /// Print the findings as JSON (schema in docs/doctor.md).
+    #[arg(long)]
+    json: bool,
+    /// Also write a support bundle (gzip tarball) to FILE.
+    #[arg(long, value_name = "FILE")]
+    bundle: Option<PathBuf>,
+    /// Carry out the safe repairs the findings name (each shown before it is done), then
+    /// check again.
+    #[arg(long)]
+    fix: bool,
+    /// The CNI conf dir the runtime reads (default: /host/etc/cni/net.d in the DaemonSet's
+    /// pod, else /etc/cni/net.d).
+    #[arg(long, env = "HOST_CNI_CONFDIR_PATH")]
+    cni_conf_dir: Option<PathBuf>,
+    /// The CNI bin dir (default: /host/opt/cni/bin in the DaemonSet's pod, else /opt/cni/bin).
+    #[arg(long, env = "HOST_CNI_BIN_PATH")]
+    cni_bin_dir: Option<PathBuf>,
 }
 
 /// Where the entrypoint installs from and to.
@@ -90,6 +116,12 @@ fn main() -> ExitCode {
         Some(Command::Health { socket, live }) => health(socket, live),
         Some(Command::Init) => init(),
         Some(Command::Entrypoint(install)) => run(started, Some(install)),
+        Some(Command::Doctor(args)) => {
+            return doctor::run(args).unwrap_or_else(|e| {
+                eprintln!("ipamd doctor: {e:#}");
+                ExitCode::from(3)
+            });
+        }
         None => run(started, None),
     };
     match result {
@@ -99,6 +131,141 @@ fn main() -> ExitCode {
             eprintln!("ipamd: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+mod doctor {
+    //! `ipamd doctor`'s command line: builds the real seams and prints the report.
+
+    use std::io::Write as _;
+    use std::path::{Path, PathBuf};
+    use std::process::ExitCode;
+    use std::time::Duration;
+
+    use anyhow::Context;
+    use cloud::aws::{AwsEc2, AwsImds, Ec2Settings};
+    use ipamd::config::Config;
+    use ipamd::doctor::{self, Facts, Report, bundle, gather, render};
+
+    use super::DoctorArgs;
+
+    /// The node's own path, or the host's as the DaemonSet's pod mounts it.
+    fn host_path(given: Option<PathBuf>, path: &str) -> PathBuf {
+        given.unwrap_or_else(|| {
+            let mounted = Path::new("/host").join(path.trim_start_matches('/'));
+            if mounted.is_dir() {
+                mounted
+            } else {
+                PathBuf::from(path)
+            }
+        })
+    }
+
+    async fn facts(config: &Config, cni: &gather::CniPaths) -> Facts {
+        let imds = AwsImds::new();
+        let identity = match tokio::time::timeout(
+            Duration::from_secs(10),
+            cloud::node_identity(&imds),
+        )
+        .await
+        {
+            Ok(identity) => identity.map_err(|e| e.to_string()),
+            Err(_) => Err("no answer within 10 s".to_string()),
+        };
+        let ec2 = match &identity {
+            Ok(id) => Some(
+                AwsEc2::connect(&Ec2Settings {
+                    region: id.region.clone(),
+                    endpoint: config.ec2_endpoint.clone(),
+                    attempt_timeout: config.http_timeout,
+                })
+                .await,
+            ),
+            Err(_) => None,
+        };
+        gather::gather(config, cni, &imds, identity, ec2.as_ref()).await
+    }
+
+    fn heading(facts: &Facts) -> String {
+        let node = match &facts.identity {
+            Ok(id) => format!(
+                "node {} ({}, {})",
+                id.instance_id, id.instance_type, id.availability_zone
+            ),
+            Err(_) => "node unknown".to_string(),
+        };
+        format!("vpc-cni doctor {}: {node}", env!("CARGO_PKG_VERSION"))
+    }
+
+    fn show(report: &Report, facts: &Facts, json: bool) -> anyhow::Result<()> {
+        let mut out = anstream::stdout();
+        if json {
+            writeln!(out, "{}", render::json(report))?;
+        } else {
+            write!(out, "{}", render::text(report, &heading(facts)))?;
+        }
+        Ok(())
+    }
+
+    /// Carries out each repair the report names, once, saying what it does first.
+    fn repair(report: &Report, facts: &Facts) -> usize {
+        let mut repairs: Vec<&doctor::Repair> = Vec::new();
+        for r in report.findings.iter().filter_map(|f| f.repair.as_ref()) {
+            if !repairs.contains(&r) {
+                repairs.push(r);
+            }
+        }
+        if repairs.is_empty() {
+            eprintln!("--fix: nothing here is a safe repair; see each finding's fix");
+        }
+        for r in &repairs {
+            eprintln!("--fix: {r}");
+            match doctor::fix::apply(r, facts) {
+                Ok(()) => eprintln!("--fix:   done"),
+                Err(e) => eprintln!("--fix:   failed: {e}"),
+            }
+        }
+        repairs.len()
+    }
+
+    pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
+        // ipamd's environment, but never its log: the doctor writes to the terminal only.
+        let config = Config::from_env(|k| std::env::var(k).ok()).context("ipamd's environment")?;
+        let cni = gather::CniPaths {
+            conf_dir: host_path(args.cni_conf_dir, "/etc/cni/net.d"),
+            bin_dir: host_path(args.cni_bin_dir, "/opt/cni/bin"),
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        runtime.block_on(async {
+            let mut facts = facts(&config, &cni).await;
+            let mut report = doctor::diagnose(&facts);
+            if args.fix {
+                if !args.json {
+                    show(&report, &facts, false)?;
+                }
+                if repair(&report, &facts) > 0 {
+                    eprintln!("--fix: checking again");
+                    facts = self::facts(&config, &cni).await;
+                    report = doctor::diagnose(&facts);
+                }
+            }
+            show(&report, &facts, args.json)?;
+            if let Some(path) = &args.bundle {
+                let parts = bundle::collect(&facts, &report).await;
+                let manifest = bundle::write(path, &parts)
+                    .with_context(|| format!("writing the bundle {}", path.display()))?;
+                let missing = manifest.lines().filter(|l| l.contains("UNAVAILABLE")).count();
+                eprintln!(
+                    "bundle written to {}: {} parts, {missing} of them unavailable (see its MANIFEST.txt)",
+                    path.display(),
+                    parts.len()
+                );
+            }
+            Ok(ExitCode::from(report.verdict.exit_code()))
+        })
     }
 }
 

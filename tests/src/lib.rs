@@ -385,6 +385,34 @@ impl VpcBox {
         self.sim_json("GET", "/_sim/faults", "")
     }
 
+    /// Replaces vpc-sim's IAM policy (`PUT /_sim/iam`): the EC2 actions named in
+    /// `{"deny": [..]}` are answered 403 `UnauthorizedOperation`; `{}` allows everything.
+    /// Returns its report.
+    pub fn set_iam(&self, policy: &Value) -> Value {
+        self.sim_json("PUT", "/_sim/iam", &policy.to_string())
+    }
+
+    /// vpc-sim's IAM report: the policy and the calls denied so far, in all and by action
+    /// (`GET /_sim/iam`).
+    pub fn iam(&self) -> Value {
+        self.sim_json("GET", "/_sim/iam", "")
+    }
+
+    /// Freezes every node's IMDS as it is now (`true`: it goes stale while EC2 changes) or
+    /// returns it to the live view (`PUT /_sim/imds`). Returns its report.
+    pub fn set_imds_frozen(&self, frozen: bool) -> Value {
+        self.sim_json(
+            "PUT",
+            "/_sim/imds",
+            &serde_json::json!({ "frozen": frozen }).to_string(),
+        )
+    }
+
+    /// Whether vpc-sim's IMDS is frozen and since when (`GET /_sim/imds`).
+    pub fn imds_freeze(&self) -> Value {
+        self.sim_json("GET", "/_sim/imds", "")
+    }
+
     /// What ipamd on node `i` holds for an attachment.
     pub fn allocation(&self, i: usize, key: ipam_proto::AttachmentKey) -> ipam_proto::Allocation {
         ipam_proto::Client::new(&self.node(i).ipamd_socket)

@@ -96,7 +96,7 @@ pub struct Ec2Settings {
 /// EC2 through aws-sdk-ec2.
 #[derive(Clone, Debug)]
 pub struct AwsEc2 {
-    client: aws_sdk_ec2::Client,
+    pub(crate) client: aws_sdk_ec2::Client,
 }
 
 impl AwsEc2 {
@@ -126,7 +126,7 @@ impl AwsEc2 {
     }
 }
 
-fn sdk_error<E>(api: &str, err: SdkError<E>) -> CloudError
+pub(crate) fn sdk_error<E>(api: &str, err: SdkError<E>) -> CloudError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {

@@ -6,6 +6,9 @@
 
 #[cfg(feature = "aws")]
 pub mod aws;
+#[cfg(feature = "aws")]
+mod aws_dry_run;
+mod dry_run;
 mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
@@ -21,6 +24,7 @@ use std::net::Ipv4Addr;
 
 use ipnetwork::{Ipv4Network, Ipv6Network};
 
+pub use dry_run::{DryRun, DryRunCall, Permission};
 pub use error::{CloudError, CloudErrorKind, classify_code};
 pub use identity::{
     EniAddresses, EniMetadata, NodeIdentity, attached_macs, eni_addresses, eni_id, eni_metadata,

@@ -125,6 +125,13 @@ impl Netlink {
         ))
     }
 
+    /// The unicast routes of family `F` in every table.
+    pub fn all_routes_of<F: IpFamily>(&self) -> Result<Vec<RouteOf<F>>> {
+        Ok(route::parse_all_routes_of(
+            &self.dump(route::dump_routes_of::<F>())?,
+        ))
+    }
+
     /// Adds a rule (`EEXIST` if an identical one exists).
     pub fn add_rule<F: IpFamily>(&self, rule: &RuleOf<F>) -> Result<()> {
         self.execute(rule::add_rule(rule))

@@ -137,7 +137,7 @@ pub fn parse_subnet(s: &str) -> Result<SubnetSpec, String> {
     Ok(spec)
 }
 
-/// Help on fault injection, after the options.
+/// Help on fault injection and the other runtime controls, after the options.
 const FAULTS_HELP: &str = "\
 Fault injection (EC2 only; IMDS is never faulted):
   Each EC2 call the plan applies to (all, or those in --fault-actions) draws once for slowness
@@ -150,7 +150,16 @@ Fault injection (EC2 only; IMDS is never faulted):
   At runtime: GET /_sim/faults shows the plan and what was injected (in all and by action);
   PUT /_sim/faults with a JSON plan replaces it, e.g.
     {\"throttle_pct\": 30, \"slow_pct\": 10, \"slow_ms\": 2000, \"actions\": [\"AssignPrivateIpAddresses\"], \"seed\": 1}
-  and {} turns faults off. GET /_sim/calls counts every request received, faulted or not.";
+  and {} turns faults off. GET /_sim/calls counts every request received, faulted or not.
+
+IAM denial and a stale IMDS (runtime only, on the EC2 endpoint):
+  PUT /_sim/iam {\"deny\": [\"AssignPrivateIpAddresses\", ...]} answers those EC2 actions HTTP 403
+  UnauthorizedOperation (\"... is not authorized to perform: ec2:ACTION ...\"), DryRun included,
+  without touching the model; {} or {\"deny\": []} allows everything. GET /_sim/iam shows the
+  policy and the calls denied (in all and by action). Unknown actions are refused with 400.
+  PUT /_sim/imds {\"frozen\": true} freezes every instance's IMDS as it is at that moment while
+  EC2 goes on changing; {\"frozen\": false} returns to the live view (lagged by --imds-lag-ms).
+  GET /_sim/imds shows whether it is frozen and since when. IMDS tokens keep working.";
 
 /// vpc-sim's command line.
 #[derive(Debug, Clone, Parser)]

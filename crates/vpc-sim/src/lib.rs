@@ -7,12 +7,16 @@
 //! [`faults`] makes EC2 misbehave on purpose (throttling, 5xx, slow answers, dropped
 //! connections) by a plan set on the command line (`--fault-*`) or at runtime through
 //! `PUT /_sim/faults`, so clients can be tested against an unreliable EC2. IMDS is never faulted.
+//! Two more runtime controls on the EC2 endpoint make a node look misconfigured: [`iam`]
+//! (`PUT /_sim/iam`) denies chosen EC2 actions with `UnauthorizedOperation`, and
+//! [`imds::freeze`] (`PUT /_sim/imds`) keeps every instance's IMDS as it was while EC2 moves on.
 
 pub mod clock;
 pub mod config;
 pub mod ec2;
 pub mod fabric;
 pub mod faults;
+pub mod iam;
 pub mod imds;
 pub mod launch;
 pub mod model;

@@ -26,15 +26,6 @@ fn dual() -> Harness {
     Harness::new(t, 0)
 }
 
-/// Serves the harness's EC2 router on a real socket; returns the endpoint.
-async fn serve(h: &Harness) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let router = h.ec2.clone();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    format!("http://{addr}")
-}
-
 /// GET `path` from the instance's IMDS router with a fresh token: (status, body).
 async fn imds(h: &Harness, instance: &str, path: &str) -> (u16, String) {
     let r = h.imds(instance);
@@ -295,7 +286,7 @@ async fn imds_serves_the_ipv6_paths_the_cni_reads() {
 async fn the_sdk_reads_every_ipv6_answer() {
     let h = dual();
     let (inst, eni) = h.instance(0);
-    let endpoint = serve(&h).await;
+    let endpoint = h.serve().await;
     let ec2 = sdk_client(&endpoint, RetryConfig::disabled());
 
     let subnets = ec2.describe_subnets().send().await.unwrap();
@@ -538,7 +529,7 @@ fn the_binary_takes_ip_family_and_writes_ipv6_cidrs_to_sim_json() {
 
 /// ipamd's EC2 client against the harness: the real SDK client, behind the throttle layer.
 async fn ipamd_ec2(h: &Harness) -> Throttled<AwsEc2> {
-    let client = sdk_client(&serve(h).await, RetryConfig::disabled());
+    let client = sdk_client(&h.serve().await, RetryConfig::disabled());
     Throttled::new(AwsEc2::from_client(client), ThrottlePolicy::default()).unwrap()
 }
 

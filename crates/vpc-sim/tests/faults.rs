@@ -356,20 +356,11 @@ async fn slow_calls_still_succeed_and_are_counted() {
     );
 }
 
-/// Serves the harness's EC2 router on a real socket; returns the endpoint.
-async fn serve(h: &Harness) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let router = h.ec2.clone();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    format!("http://{addr}")
-}
-
 #[tokio::test]
 async fn a_dropped_connection_gets_not_one_byte_of_a_response() {
     let h = Harness::basic();
     let subnet = h.subnet(0);
-    let endpoint = serve(&h).await;
+    let endpoint = h.serve().await;
     let before = snapshot(&h);
     put_plan(&h, json!({"drop_pct": 100})).await;
     let body = format!("Action=CreateNetworkInterface&Version=2016-11-15&SubnetId={subnet}");
@@ -398,7 +389,7 @@ async fn a_dropped_connection_gets_not_one_byte_of_a_response() {
 async fn the_sdk_sees_ec2_throttling_retries_it_and_ipamd_classifies_it_throttled() {
     let h = Harness::basic();
     let (_, eni) = h.instance(0);
-    let endpoint = serve(&h).await;
+    let endpoint = h.serve().await;
     let before = snapshot(&h);
     put_plan(
         &h,
@@ -457,7 +448,7 @@ async fn the_sdk_sees_ec2_throttling_retries_it_and_ipamd_classifies_it_throttle
 async fn the_sdk_sees_server_errors_and_ipamd_classifies_them_unavailable() {
     let h = Harness::basic();
     let (_, eni) = h.instance(0);
-    let endpoint = serve(&h).await;
+    let endpoint = h.serve().await;
     put_plan(&h, json!({"server_error_pct": 100, "seed": 3})).await;
     let raw = sdk_client(&endpoint, RetryConfig::disabled());
     let mut seen = std::collections::BTreeSet::new();
@@ -490,7 +481,7 @@ async fn the_sdk_sees_server_errors_and_ipamd_classifies_them_unavailable() {
 async fn the_sdk_sees_a_dropped_connection_as_a_dispatch_failure() {
     let h = Harness::basic();
     let subnet = h.subnet(0);
-    let endpoint = serve(&h).await;
+    let endpoint = h.serve().await;
     let before = snapshot(&h);
     put_plan(&h, json!({"drop_pct": 100})).await;
     let raw = sdk_client(&endpoint, RetryConfig::disabled());

@@ -17,6 +17,7 @@ mod v6;
 mod veths;
 mod waits;
 
+pub use eni::{TAG_CLUSTER, TAG_CREATED_AT, TAG_INSTANCE_ID};
 pub use leaks::{LeakReport, MAX_START_JITTER, MIN_LEAK_AGE};
 pub use placement::{NoPlacement, Placement, SUBNET_CLUSTER_TAG_PREFIX, SUBNET_ROLE_TAG};
 pub use recover::{LostState, RECOVERED_NETWORK};

@@ -251,13 +251,20 @@ pub fn parse_routes_of<F: IpFamily>(
     messages: &[RouteNetlinkMessage],
     table: u32,
 ) -> Vec<RouteOf<F>> {
+    parse_all_routes_of(messages)
+        .into_iter()
+        .filter(|r| r.table == table)
+        .collect()
+}
+
+/// The unicast routes of family `F` of every table in a dump answer.
+pub fn parse_all_routes_of<F: IpFamily>(messages: &[RouteNetlinkMessage]) -> Vec<RouteOf<F>> {
     messages
         .iter()
         .filter_map(|m| match m {
             RouteNetlinkMessage::NewRoute(r) => parse_route_of(r),
             _ => None,
         })
-        .filter(|r| r.table == table)
         .collect()
 }
 

@@ -77,6 +77,22 @@ pub fn apply(
     Ok(report)
 }
 
+/// What [`apply`] would change now, without changing anything: an empty list when the nat and
+/// mangle tables hold exactly our rules for `cfg`.
+pub fn pending(
+    runner: &(impl Runner + ?Sized),
+    backend: Backend,
+    cfg: &NodeNetConfig,
+) -> Result<Vec<Change>> {
+    cfg.validate()?;
+    let mut changes = Vec::new();
+    for wanted in &desired_rules(cfg).tables {
+        let current = read_table(runner, backend, wanted.table)?;
+        changes.extend(plan_table(&current, wanted).changes);
+    }
+    Ok(changes)
+}
+
 /// One table as the backend's `-save` shows it.
 pub(crate) fn read_table(
     runner: &(impl Runner + ?Sized),

@@ -34,7 +34,7 @@ mod runner;
 mod save;
 mod sysctl;
 
-pub use apply::{ApplyReport, apply};
+pub use apply::{ApplyReport, apply, pending};
 pub use config::{DEFAULT_CONNMARK, DEFAULT_VETH_PREFIX, NodeNetConfig, Randomize};
 pub use error::{Result, SnatError};
 pub use fwmark::{

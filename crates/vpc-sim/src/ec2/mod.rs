@@ -8,9 +8,23 @@
 //!   action ([`crate::faults::FaultReport`]);
 //! * `PUT /_sim/faults`: replaces the plan with the JSON body ([`crate::faults::Faults`];
 //!   `{}` turns faults off) and answers like GET; a bad plan gets 400 `{"error": ".."}` naming
-//!   the field, and the old plan stays.
+//!   the field, and the old plan stays;
+//! * `GET /_sim/iam`: the IAM policy in force and the calls it denied so far, in all and by
+//!   action ([`crate::iam::IamReport`]);
+//! * `PUT /_sim/iam`: replaces the policy with the JSON body `{"deny": ["AssignPrivateIpAddresses",
+//!   ..]}` ([`crate::iam::IamPolicy`]; `{}` or `{"deny": []}` allows everything) and answers
+//!   like GET; an unknown action or field, or a wrong type, gets 400 `{"error": ".."}` naming
+//!   it, and the old policy stays. A denied call is answered HTTP 403 `UnauthorizedOperation`
+//!   ([`inject::unauthorized`]), also when it is a DryRun;
+//! * `GET /_sim/imds`: whether every instance's IMDS is frozen, since when, and its lag
+//!   ([`crate::imds::freeze::FreezeReport`]);
+//! * `PUT /_sim/imds`: `{"frozen": true}` freezes every IMDS as it is now (EC2 goes on changing),
+//!   `{"frozen": false}` (or `{}`) returns to the live, lagged view; answers like GET, and a bad
+//!   body gets 400 `{"error": ".."}` ([`crate::imds::freeze`]).
 //!
-//! An injected fault is decided before the model is touched; see [`crate::faults`].
+//! An injected fault and an IAM denial are decided before the model is touched, the fault
+//! first (it stands in front of the service, as EC2's throttling does); see [`crate::faults`]
+//! and [`crate::iam`].
 
 mod actions;
 pub mod error;
@@ -68,7 +82,8 @@ pub struct Ctx<'a> {
     pub request_id: &'a str,
 }
 
-/// The EC2 router (plus `/_sim/state`, `/_sim/calls` and `/_sim/faults`).
+/// The EC2 router (plus `/_sim/state`, `/_sim/calls`, `/_sim/faults`, `/_sim/iam` and
+/// `/_sim/imds`).
 pub fn router(sim: Arc<Sim>) -> Router {
     Router::new()
         .route("/", post(handle))
@@ -78,6 +93,8 @@ pub fn router(sim: Arc<Sim>) -> Router {
             "/_sim/faults",
             get(inject::get_faults).put(inject::put_faults),
         )
+        .route("/_sim/iam", get(inject::get_iam).put(inject::put_iam))
+        .route("/_sim/imds", get(inject::get_imds).put(inject::put_imds))
         .with_state(sim)
 }
 
@@ -122,22 +139,35 @@ async fn handle(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
         tracing::info!(action, request_id, code = %e.code, "injected fault");
         return render(e.http_status(), e.to_xml(&request_id), &request_id);
     }
-    if action == "AttachNetworkInterface" && sim.attach_latency_ms() > 0 {
-        // Before the model is locked: other calls go on meanwhile, as on EC2.
-        tokio::time::sleep(std::time::Duration::from_millis(sim.attach_latency_ms())).await;
-    }
-    let (request_id, result) = if sim.follower().is_some() {
-        // The follower runs commands (the fabric's `ip`): off the async workers.
-        let s = sim.clone();
-        match tokio::task::spawn_blocking(move || execute(&s, &params)).await {
-            Ok(r) => r,
-            Err(e) => (
-                "00000000-0000-0000-0000-000000000000".to_string(),
-                Err(Ec2Error::internal(&format!("the request task failed: {e}"))),
-            ),
-        }
+    // Here, not in `dispatch`: every request comes through `handle` (with or without a
+    // follower), the check must come before `dispatch` looks at DryRun (EC2 checks the
+    // permission first), and a denial must not lock the model or draw its request id from it.
+    let (request_id, result) = if sim.iam_denies(&action) {
+        let request_id = format_request_id(&sim.iam_request_hex());
+        tracing::info!(
+            action,
+            request_id,
+            "IAM policy denies the action: UnauthorizedOperation, call not applied"
+        );
+        (request_id, Err(inject::unauthorized(&action)))
     } else {
-        execute(&sim, &params)
+        if action == "AttachNetworkInterface" && sim.attach_latency_ms() > 0 {
+            // Before the model is locked: other calls go on meanwhile, as on EC2.
+            tokio::time::sleep(std::time::Duration::from_millis(sim.attach_latency_ms())).await;
+        }
+        if sim.follower().is_some() {
+            // The follower runs commands (the fabric's `ip`): off the async workers.
+            let s = sim.clone();
+            match tokio::task::spawn_blocking(move || execute(&s, &params)).await {
+                Ok(r) => r,
+                Err(e) => (
+                    "00000000-0000-0000-0000-000000000000".to_string(),
+                    Err(Ec2Error::internal(&format!("the request task failed: {e}"))),
+                ),
+            }
+        } else {
+            execute(&sim, &params)
+        }
     };
     if fault.outcome == Outcome::DropAfter {
         tracing::info!(
@@ -234,7 +264,8 @@ fn format_request_id(h: &str) -> String {
     )
 }
 
-/// Runs one action against the locked model.
+/// Runs one action against the locked model. Permissions are not checked here: `handle`
+/// has denied the call already when the IAM policy says so.
 pub fn dispatch(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
     use actions::*;
     let action = cx.params.required("Action")?.to_string();

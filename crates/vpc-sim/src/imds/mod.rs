@@ -1,5 +1,7 @@
-//! IMDS (IMDSv2 only) for one instance, served from a lagged view of the model.
+//! IMDS (IMDSv2 only) for one instance, served from a lagged view of the model, or from the
+//! view it showed when it was frozen ([`freeze`], `PUT /_sim/imds` on the EC2 endpoint).
 
+pub mod freeze;
 mod tokens;
 pub mod tree;
 
@@ -93,10 +95,7 @@ async fn lookup(
     let Some(path) = uri.path().strip_prefix("/latest/") else {
         return text(StatusCode::NOT_FOUND, "Not Found".into());
     };
-    let view = st
-        .sim
-        .model()
-        .imds_view(&st.instance_id, now, st.sim.imds_lag_ms());
+    let view = st.sim.imds_view(&st.instance_id, now);
     match view.and_then(|v| tree::resolve(&v, path, now)) {
         Some(body) => text(StatusCode::OK, body),
         None => text(StatusCode::NOT_FOUND, "Not Found".into()),

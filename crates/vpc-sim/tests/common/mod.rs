@@ -245,6 +245,15 @@ impl Harness {
         )
     }
 
+    /// Serves the EC2 router on a real socket (for the SDK); returns the endpoint.
+    pub async fn serve(&self) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = self.ec2.clone();
+        tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        format!("http://{addr}")
+    }
+
     pub fn imds(&self, instance_id: &str) -> Router {
         imds::router(self.sim.clone(), instance_id.to_string())
     }

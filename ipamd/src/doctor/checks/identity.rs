@@ -1,0 +1,213 @@
+//! Identity and reach: IMDS, the instance type's limits, EC2, and the IAM permissions.
+
+use cloud::Permission;
+
+use super::super::facts::LimitsSource;
+use super::super::{Facts, Finding, Group, Severity};
+
+const G: Group = Group::Identity;
+
+/// The actions whose denial only matters in IPv6 mode or when the table lacks the type.
+fn needed(facts: &Facts, action: &str) -> bool {
+    match action {
+        "DescribeInstanceTypes" => matches!(facts.limits, Ok((_, LimitsSource::Ec2)) | Err(_)),
+        _ => true,
+    }
+}
+
+pub(super) fn check(facts: &Facts) -> Vec<Finding> {
+    let mut out = Vec::new();
+    out.push(match &facts.identity {
+        Ok(id) => Finding::new(
+            "imds",
+            G,
+            Severity::Ok,
+            format!(
+                "IMDS answers: instance {} ({}) in {}, VPC {}, primary ENI {} ({})",
+                id.instance_id,
+                id.instance_type,
+                id.availability_zone,
+                id.vpc_id,
+                id.primary_eni.eni_id,
+                id.primary_ip
+            ),
+        ),
+        Err(e) => Finding::new("imds", G, Severity::Error, format!("IMDS does not answer: {e}"))
+            .fix("ipamd needs IMDSv2 from the node: check the instance's metadata options (http-tokens, http-put-response-hop-limit of 2 or more for a pod), and AWS_EC2_METADATA_SERVICE_ENDPOINT if set"),
+    });
+    let itype = facts
+        .identity
+        .as_ref()
+        .map(|i| i.instance_type.as_str())
+        .unwrap_or("the instance type");
+    out.push(match &facts.limits {
+        Ok((l, source)) => Finding::new(
+            "instance-limits",
+            G,
+            Severity::Ok,
+            format!(
+                "{itype}: {} ENIs × {} IPv4 addresses (from {})",
+                l.max_enis,
+                l.ipv4_per_eni,
+                match source {
+                    LimitsSource::Table => "ipamd's built-in table",
+                    LimitsSource::Ec2 => "DescribeInstanceTypes",
+                }
+            ),
+        ),
+        Err(e) => Finding::new(
+            "instance-limits",
+            G,
+            Severity::Error,
+            format!("the limits of {itype} are unknown: not in ipamd's table, and {e}"),
+        )
+        .fix("allow ec2:DescribeInstanceTypes to the node's role, or upgrade vpc-cni to a release whose table lists this type"),
+    });
+    out.push(match &facts.ec2 {
+        Ok(view) => Finding::new(
+            "ec2",
+            G,
+            Severity::Ok,
+            format!("EC2 answers: {} ENI(s) attached to this instance", view.enis.len()),
+        ),
+        Err(e) => Finding::new("ec2", G, Severity::Error, format!("EC2 cannot be asked: {e}"))
+            .fix("check the node's route to the EC2 endpoint (a VPC endpoint or NAT for private subnets), AWS_EC2_ENDPOINT if set, and the node role's credentials"),
+    });
+
+    let mut denied = 0;
+    let mut unknown = Vec::new();
+    for (action, permission) in &facts.permissions {
+        match permission {
+            Permission::Allowed => {}
+            Permission::Denied(message) => {
+                denied += 1;
+                let severity = if needed(facts, action) {
+                    Severity::Error
+                } else {
+                    Severity::Warning
+                };
+                out.push(
+                    Finding::new(
+                        "iam",
+                        G,
+                        severity,
+                        format!("ec2:{action} is denied (DryRun): {message}"),
+                    )
+                    .fix(format!(
+                        "allow ec2:{action} to the node's IAM role (the policy ipamd needs is config/iam-policy.json, as AmazonEKS_CNI_Policy)"
+                    )),
+                );
+            }
+            Permission::Unknown(e) => unknown.push(format!("ec2:{action} ({e})")),
+        }
+    }
+    // The address calls have no DryRun: ipamd's own refused calls tell of those.
+    if let Ok(metrics) = &facts.ipamd.metrics {
+        for ((api, code), n) in super::api_errors(metrics) {
+            if cloud::classify_code(&code) == cloud::CloudErrorKind::Unauthorized {
+                denied += 1;
+                out.push(
+                    Finding::new(
+                        "iam",
+                        G,
+                        Severity::Error,
+                        format!("ipamd's ec2:{api} calls were refused {n} time(s) with {code} since it started"),
+                    )
+                    .fix(format!(
+                        "allow ec2:{api} to the node's IAM role (the policy ipamd needs is config/iam-policy.json, as AmazonEKS_CNI_Policy)"
+                    )),
+                );
+            }
+        }
+    }
+    if !unknown.is_empty() {
+        out.push(
+            Finding::new(
+                "iam",
+                G,
+                Severity::Warning,
+                format!("could not test {}", unknown.join("; ")),
+            )
+            .fix("re-run the doctor once EC2 answers; a throttled or unreachable EC2 is its own finding"),
+        );
+    }
+    if denied == 0 && unknown.is_empty() && !facts.permissions.is_empty() {
+        let actions: Vec<&str> = facts.permissions.iter().map(|(a, _)| *a).collect();
+        out.push(Finding::new(
+            "iam",
+            G,
+            Severity::Ok,
+            format!(
+                "allowed by DryRun: {} (the address calls have no DryRun: ipamd's refused calls are checked instead)",
+                actions.join(", ")
+            ),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture::healthy;
+    use super::*;
+
+    #[test]
+    fn a_denied_permission_is_an_error_naming_the_action() {
+        let mut f = healthy();
+        f.permissions[1].1 = Permission::Denied("not authorized".into());
+        let action = f.permissions[1].0;
+        let found = check(&f);
+        let iam: Vec<_> = found.iter().filter(|x| x.check == "iam").collect();
+        assert_eq!(iam.len(), 1);
+        assert_eq!(iam[0].severity, Severity::Error);
+        assert!(iam[0].evidence.contains(action));
+        assert!(iam[0].fix.as_deref().unwrap_or("").contains(action));
+    }
+
+    #[test]
+    fn describe_instance_types_matters_only_when_the_table_lacks_the_type() {
+        let mut f = healthy();
+        let i = f
+            .permissions
+            .iter()
+            .position(|(a, _)| *a == "DescribeInstanceTypes")
+            .unwrap();
+        f.permissions[i].1 = Permission::Denied("no".into());
+        let sev = |f: &Facts| {
+            check(f)
+                .into_iter()
+                .find(|x| x.check == "iam")
+                .map(|x| x.severity)
+        };
+        assert_eq!(sev(&f), Some(Severity::Warning));
+        f.limits = Err("DescribeInstanceTypes: denied".into());
+        assert_eq!(sev(&f), Some(Severity::Error));
+    }
+
+    #[test]
+    fn calls_ipamd_saw_refused_are_named_although_they_have_no_dry_run() {
+        let mut f = healthy();
+        f.ipamd.metrics = Ok("awscni_aws_api_error_count{api=\"AssignPrivateIpAddresses\",error=\"UnauthorizedOperation\"} 2\n".into());
+        let found = check(&f);
+        let iam: Vec<_> = found.iter().filter(|x| x.check == "iam").collect();
+        assert_eq!(iam.len(), 1, "{iam:#?}");
+        assert_eq!(iam[0].severity, Severity::Error);
+        assert!(
+            iam[0].evidence.contains("AssignPrivateIpAddresses")
+                && iam[0].evidence.contains("2 time(s)")
+        );
+    }
+
+    #[test]
+    fn imds_or_ec2_unreachable_is_an_error() {
+        let mut f = healthy();
+        f.identity = Err("timed out".into());
+        f.ec2 = Err("connection refused".into());
+        let found = check(&f);
+        for id in ["imds", "ec2"] {
+            let x = found.iter().find(|x| x.check == id).unwrap();
+            assert_eq!(x.severity, Severity::Error, "{id}");
+            assert!(x.fix.is_some());
+        }
+    }
+}
