@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::*;
 use e2e::{Node, Pod, VpcBox, require_root, run_bounded};
 use ipam_proto::AttachmentKey;
-use serde_json::Value;
+use serde_json::{Value, json};
 use testkit::netns::ip_in;
 
 /// What the bundle's top directory must hold, each part non-empty.
@@ -436,7 +436,7 @@ fn the_doctor_names_each_fault_of_the_checklist() {
         "no jump to AWS-SNAT-CHAIN-0 in {before:?}"
     );
     exec_in(ns, "iptables", &jump, None);
-    expect_finding(&vbox, "snat", &["error"], &[]);
+    expect_finding(&vbox, "snat", &["error"], &["AWS-SNAT-CHAIN-0"]);
     exec_in(ns, "iptables-restore", &[], Some(saved.as_bytes()));
     assert_eq!(nat_rules(ns), before, "the nat table as it was");
     healed(&vbox, "the removal of the SNAT jump");
@@ -457,7 +457,7 @@ fn the_doctor_names_each_fault_of_the_checklist() {
         !nat_rules(ns).iter().any(|l| l.contains("AWS-SNAT-CHAIN-0")),
         "AWS-SNAT-CHAIN-0 still there"
     );
-    expect_finding(&vbox, "snat", &["error"], &[]);
+    expect_finding(&vbox, "snat", &["error"], &["AWS-SNAT-CHAIN-0"]);
     exec_in(ns, "iptables-restore", &[], Some(saved.as_bytes()));
     assert_eq!(nat_rules(ns), before, "the nat table as it was");
     healed(&vbox, "the removal of AWS-SNAT-CHAIN-0");
@@ -543,6 +543,36 @@ fn the_doctor_names_each_fault_of_the_checklist() {
     }
     assert_eq!(available_in(&vbox, &subnet), left, "the subnet as it was");
     healed(&vbox, "the subnet's exhaustion");
+
+    // An EC2 action ipamd needs, denied by IAM: one the doctor makes anyway, then one only a
+    // DryRun can test. (The address calls have no DryRun on EC2: the doctor learns of their
+    // denial only from ipamd's refused calls, which a settled pool does not make.)
+    for action in ["DescribeNetworkInterfaces", "CreateNetworkInterface"] {
+        vbox.set_iam(&json!({ "deny": [action] }));
+        expect_finding(&vbox, "iam", &["error"], &[action]);
+        vbox.set_iam(&json!({}));
+        healed(&vbox, &format!("the denial of {action}"));
+    }
+
+    // IMDS out of step with EC2: IMDS frozen, then EC2 takes a free address off its ENI (IMDS
+    // still shows it). Undone by giving the ENI that same address back.
+    let (eni, address) = free_pool_address(&node);
+    vbox.set_imds_frozen(true);
+    let unassign = [
+        ("NetworkInterfaceId", eni.as_str()),
+        ("PrivateIpAddress.1", address.as_str()),
+    ];
+    ec2_ok(
+        &vbox,
+        &[&[("Action", "UnassignPrivateIpAddresses")][..], &unassign].concat(),
+    );
+    expect_finding(&vbox, "imds-ec2", &["warning"], &[&address, &eni]);
+    ec2_ok(
+        &vbox,
+        &[&[("Action", "AssignPrivateIpAddresses")][..], &unassign].concat(),
+    );
+    vbox.set_imds_frozen(false);
+    healed(&vbox, "IMDS's freeze");
 
     // ipamd down, last.
     vbox.stop_ipamd(1, false);
