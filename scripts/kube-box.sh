@@ -9,7 +9,8 @@
 # process (`sleep`) that also owns a private mount namespace: what kubelet and containerd mount
 # or write at the paths they hard-code lands in the box's run directory, never on the machine.
 #
-# Uses vpc-box.sh's record, stop_process, stop_recorded, node_field and lib.sh's helpers.
+# Uses vpc-box.sh's record, stop_process, stop_recorded, node_field, render_conflist and lib.sh's
+# helpers.
 
 # The API endpoint (TEST-NET-3) and the link that carries it to the VPC (TEST-NET-1, next to
 # vpc-sim's link to the outside at 192.0.2.0/30).
@@ -335,9 +336,8 @@ kube_node_up() { # dir name i [image]
     ln -s "$(realpath "$BIN_DIR/vpc-cni")" "$k/paths/opt/cni/bin/vpc-cni"
     ln -s /usr/lib/cni/portmap "$k/paths/opt/cni/bin/portmap"
     ln -s /usr/lib/cni/loopback "$k/paths/opt/cni/bin/loopback"
-    jq --arg sock "$dir/node$i/ipamd.sock" --arg log "$dir/node$i/plugin.log" \
-      '.plugins[0].ipamdSocket = $sock | .plugins[0].pluginLogFile = $log' \
-      "$REPO/config/10-vpc-cni.conflist" >"$k/paths/etc/cni/net.d/10-vpc-cni.conflist"
+    render_conflist "$dir/node$i/ipamd.sock" "$dir/node$i/plugin.log" \
+      >"$k/paths/etc/cni/net.d/10-vpc-cni.conflist"
   fi
   kube_cgroup "$dir" "$root"
   # restrict_oom_score_adj: without CAP_SYS_RESOURCE (as here) runc cannot lower a score and

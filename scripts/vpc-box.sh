@@ -7,7 +7,9 @@
 #                 [--outside-ip IP] [--attach-latency-ms MS] [--ip-family ipv4|ipv6|dual]
 #                 [--kube [--ipamd daemonset [--image FILE]]]
 #       Starts everything, returns once every ipamd is ready (serving, under custom networking),
-#       prints one JSON object on stdout.
+#       prints one JSON object on stdout. Every node has CNI directories of its own in the run
+#       dir (cni_conf_dir, cni_bin_dir): the shipped conflist pointed at its ipamd and its plugin
+#       log, and the plugins it names.
 #       --ip-family (default ipv4) gives the VPC an IPv6 /56 and each subnet a /64 (ipv6,
 #       dual), and ipamd its mode: ipv6 is aws-node's IPv6 mode (ENABLE_IPv6=true,
 #       ENABLE_IPv4=false: pods get an address of a /80 on the primary ENI), dual gives pods
@@ -32,6 +34,12 @@
 #       `up` gave it; start-ipamd waits until it is ready and prints its pid.
 #   vpc-box.sh kubectl --name NAME -- ARGS...
 #       kubectl ARGS as the administrator of a box made with --kube.
+#   vpc-box.sh doctor --name NAME --node I [-- ARGS...]
+#       `ipamd doctor ARGS` on node I, as ipamd runs there: in the node's namespace with
+#       ipamd's saved environment and the node's CNI directories (cni_conf_dir, cni_bin_dir in
+#       the box JSON), or, with --ipamd daemonset, in the node's DaemonSet pod (kubectl exec).
+#       Prints what the doctor prints and exits with its status: 0 healthy, 1 degraded,
+#       2 broken, 3 when the doctor could not run.
 #   vpc-box.sh load-image --name NAME --image FILE
 #       Loads an image archive (scripts/image.sh) on every node of a --kube box.
 #   vpc-box.sh deploy --name NAME --tag TAG
@@ -160,6 +168,68 @@ stop_ipamd() { # dir node signal
   stop_recorded "$1" "$3" "ipamd-node$2" || die "ipamd of node $2 is still running"
 }
 
+# The shipped conflist with the plugin pointed at ipamd's socket SOCK and logging to LOG.
+render_conflist() { # sock log
+  jq --arg sock "$1" --arg log "$2" \
+    '.plugins[0].ipamdSocket = $sock | .plugins[0].pluginLogFile = $log' "$REPO/config/10-vpc-cni.conflist"
+}
+
+# Where node I's CNI directory KIND (conf: the conflists, bin: the plugins) is on the machine:
+# with Kubernetes the node's own /etc/cni/net.d or /opt/cni/bin (KUBE_NODE_PATHS), which its
+# containerd reads; else the one `up` made in the node's run dir.
+node_cni_dir() { # dir i conf|bin
+  local path=/etc/cni/net.d
+  [ "$3" = conf ] || path=/opt/cni/bin
+  if [ -f "$(kube_kubeconfig "$1")" ]; then
+    kube_node_path "$1" "$2" "$path"
+  else
+    echo "$1/node$2/cni/${path##*/}"
+  fi
+}
+
+# Gives node I of a box without Kubernetes the CNI directories a runtime on it would read, in
+# its run dir: the shipped conflist pointed at the node's ipamd and plugin log, and the plugins
+# the conflist names (vpc-cni as built; the others from the machine's reference plugins, when
+# installed).
+plain_node_cni() { # dir i
+  local conf bin type
+  conf=$(node_cni_dir "$1" "$2" conf)
+  bin=$(node_cni_dir "$1" "$2" bin)
+  mkdir -p "$conf" "$bin"
+  render_conflist "$1/node$2/ipamd.sock" "$1/node$2/plugin.log" >"$conf/10-vpc-cni.conflist"
+  while read -r type; do
+    if [ "$type" = vpc-cni ]; then
+      ln -s "$(realpath "$BIN_DIR/vpc-cni")" "$bin/vpc-cni"
+    elif [ -x "/usr/lib/cni/$type" ]; then
+      ln -s "/usr/lib/cni/$type" "$bin/$type"
+    fi
+  done < <(jq -r '.plugins[].type' "$REPO/config/10-vpc-cni.conflist")
+}
+
+# Runs `ipamd doctor ARGS` on node I as ipamd runs there and exits with the doctor's status
+# (0 healthy, 1 degraded, 2 broken, 3 could not run).
+doctor() { # dir i args...
+  local dir=$1 i=$2 node pod rc=0 netns env
+  shift 2
+  node=$dir/node$i
+  if daemonset_box "$dir"; then
+    [ -f "$node/k8s_node" ] || die "no node $i in box $(basename "$dir")"
+    pod=$(kube_kubectl "$dir" "$(basename "$dir")" -n "$KUBE_DS_NS" get pods \
+      -l "app.kubernetes.io/name=$KUBE_DS" --field-selector "spec.nodeName=$(cat "$node/k8s_node")" \
+      -o jsonpath='{.items[0].metadata.name}') || die "could not list the $KUBE_DS pods"
+    [ -n "$pod" ] || die "no $KUBE_DS pod on node $i"
+    kube_kubectl "$dir" "$(basename "$dir")" -n "$KUBE_DS_NS" exec "$pod" -c ipamd -- \
+      /app/ipamd doctor "$@" || rc=$?
+    exit "$rc"
+  fi
+  [ -f "$node/ipamd.env" ] || die "no node $i in box $(basename "$dir")"
+  netns=$(node_field "$dir" "$i" netns)
+  mapfile -t env <"$node/ipamd.env"
+  # exec: the doctor's output and exit status are the script's own.
+  exec ip netns exec "$netns" env -i "${env[@]}" "$BIN_DIR/ipamd" doctor \
+    --cni-conf-dir "$(node_cni_dir "$dir" "$i" conf)" --cni-bin-dir "$(node_cni_dir "$dir" "$i" bin)" "$@"
+}
+
 # Stops everything the box recorded and removes its namespaces and run dir. What it cannot stop
 # or remove is named, the run dir is kept (run `down` again) and it fails.
 down() {
@@ -228,6 +298,7 @@ up() {
   fi
   for i in $(seq "$nodes"); do
     mkdir -p "$dir/node$i"
+    [ $kube -eq 1 ] || plain_node_cni "$dir" "$i"
     if [ $kube -eq 1 ]; then
       k8s=$(kube_node_name "$(node_field "$dir" "$i" netns)" "$(node_field "$dir" "$i" imds_endpoint)") \
         || die "could not read node $i's local-hostname from its IMDS"
@@ -266,20 +337,24 @@ up() {
     k8s_nodes=$(for i in $(seq "$nodes"); do cat "$dir/node$i/k8s_node"; done | jq -R . | jq -s .)
   fi
   trap - EXIT
-  local pids ds=false
+  local pids ds=false confs bins
   pids=$(for i in $(seq "$nodes"); do recorded_pid "$dir" "ipamd-node$i"; done | jq -s .)
+  confs=$(for i in $(seq "$nodes"); do node_cni_dir "$dir" "$i" conf; done | jq -R . | jq -s .)
+  bins=$(for i in $(seq "$nodes"); do node_cni_dir "$dir" "$i" bin; done | jq -R . | jq -s .)
   [ -z "$image" ] || ds=true
   # With the DaemonSet, ipamd's files are where its hostPath volumes put them on the node:
   # in the node's own directories (KUBE_NODE_PATHS).
   jq --arg dir "$dir" --argjson pids "$pids" --argjson kube "$kube_info" --argjson k8s "$k8s_nodes" \
-    --argjson ds "$ds" '{
+    --argjson ds "$ds" --argjson confs "$confs" --argjson bins "$bins" '{
       name, ec2_endpoint, vpc_netns, outside, run_dir: $dir,
       ip_family: (.ip_family // "ipv4"),
       vpc: {id: .vpc.id, cidrs: .vpc.cidrs, ipv6_cidr: .vpc.ipv6_cidr},
       subnets: [.subnets[] | {id, cidr, ipv6_cidr, az, tags}],
       security_groups,
       nodes: [.nodes[] | "\($dir)/node\(.index)" as $n | "\($n)/kube/paths" as $p | {
-        netns, instance_id, instance_type, primary_ip, primary_ipv6, primary_eni, subnet_id, az
+        netns, instance_id, instance_type, primary_ip, primary_ipv6, primary_eni, subnet_id, az,
+        cni_conf_dir: $confs[.index - 1],
+        cni_bin_dir: $bins[.index - 1]
       } + if $ds then {
         ipamd_socket: "\($p)/run/vpc-cni/ipamd.sock",
         state_dir: "\($p)/run/vpc-cni/state",
@@ -296,7 +371,7 @@ up() {
         ipamd_env: "\($n)/ipamd.env",
         ipamd_pid: $pids[.index - 1],
         plugin_log: "\($n)/plugin.log"
-      } end + if $k8s == null then {plugin_log: null} else {
+      } end + if $k8s == null then {} else {
         k8s_node: $k8s[.index - 1],
         kubelet_log: "\($n)/kube/kubelet.log",
         containerd_log: "\($n)/kube/containerd.log"
@@ -306,7 +381,7 @@ up() {
 }
 
 cmd=${1:-}; [ -n "$cmd" ] || usage; shift
-name="" nodes=1 itype=t3.medium node="" kill_sig=TERM rest=() kube=0 kubectl_args=()
+name="" nodes=1 itype=t3.medium node="" kill_sig=TERM rest=() kube=0 pass_args=()
 ipamd_mode=process image_file="" tag=""
 while [ $# -gt 0 ]; do
   case $1 in
@@ -336,7 +411,7 @@ while [ $# -gt 0 ]; do
       shift 2;;
     --image) image_file=$2; shift 2;;
     --tag) tag=$2; shift 2;;
-    --) shift; kubectl_args=("$@"); break;;
+    --) shift; pass_args=("$@"); break;;
     -h|--help) usage;;
     *) die "unknown argument '$1' (see $0 --help)";;
   esac
@@ -384,6 +459,11 @@ case $cmd in
   start-ipamd) [ -n "$node" ] || die "--node is required"; need_binaries; start_ipamd "$dir" "$node";;
   kubectl)
     [ -f "$(kube_kubeconfig "$dir")" ] || die "box $name has no Kubernetes (it was not made with up --kube)"
-    kube_kubectl "$dir" "$name" "${kubectl_args[@]}";;
-  *) die "unknown command '$cmd' (up, down, stop-ipamd, start-ipamd, kubectl, load-image, deploy)";;
+    kube_kubectl "$dir" "$name" "${pass_args[@]}";;
+  doctor)
+    [[ $node =~ ^[1-9][0-9]?$ ]] || die "--node I is required (a node number), got '$node'"
+    [ -d "$dir" ] || die "no box $name ($dir)"
+    daemonset_box "$dir" || need_binaries
+    doctor "$dir" "$node" "${pass_args[@]}";;
+  *) die "unknown command '$cmd' (up, down, stop-ipamd, start-ipamd, kubectl, load-image, deploy, doctor)";;
 esac

@@ -74,6 +74,8 @@ pub struct Node {
     pub primary_ipv6: Option<std::net::Ipv6Addr>,
     /// Primary ENI id.
     pub primary_eni: String,
+    /// The subnet of its primary ENI.
+    pub subnet_id: String,
     /// ipamd's socket.
     pub ipamd_socket: String,
     /// ipamd's state directory.
@@ -89,7 +91,14 @@ pub struct Node {
     /// Its Kubernetes node name, the instance's private DNS name (a box made with `--kube`).
     #[serde(default)]
     pub k8s_node: Option<String>,
-    /// vpc-cni's log file, as the node's conflist names it (`--kube`), on the machine.
+    /// The node's CNI conf dir (its /etc/cni/net.d), on the machine: `up` puts the shipped
+    /// conflist there, pointed at the node's ipamd and plugin log (the DaemonSet's installer
+    /// does with `--ipamd daemonset`).
+    pub cni_conf_dir: String,
+    /// The node's CNI bin dir (its /opt/cni/bin), on the machine: vpc-cni and the plugins the
+    /// conflist chains.
+    pub cni_bin_dir: String,
+    /// vpc-cni's log file, as the node's conflist names it, on the machine.
     #[serde(default)]
     pub plugin_log: Option<String>,
     /// kubelet's output (`--kube`).
@@ -114,6 +123,21 @@ impl Node {
         let (code, body) = self.get(url);
         assert_eq!(code, 200, "{url}: {body}");
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("{url} is not JSON ({e}): {body}"))
+    }
+
+    /// The network config a runtime on the node gives vpc-cni: the first plugin of the
+    /// conflist `up` put in the node's conf dir, with the list's `cniVersion` and `name`.
+    pub fn network_conf(&self) -> String {
+        let path = Path::new(&self.cni_conf_dir).join("10-vpc-cni.conflist");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let list: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{} is not JSON ({e}): {text}", path.display()));
+        let mut conf = list["plugins"][0].clone();
+        assert!(conf.is_object(), "{} has no plugin: {text}", path.display());
+        conf["cniVersion"] = list["cniVersion"].clone();
+        conf["name"] = list["name"].clone();
+        conf.to_string()
     }
 }
 
@@ -430,6 +454,33 @@ impl VpcBox {
         self.script(&["start-ipamd", "--node", node.as_str()])
             .parse()
             .expect("start-ipamd prints the pid")
+    }
+
+    /// `vpc-box.sh doctor --node <i> -- <args>` (`ipamd doctor` on node `i`): its exit code
+    /// and standard output. Its standard error goes to the test's.
+    pub fn doctor(&self, i: usize, args: &[&str]) -> (i32, String) {
+        let node = i.to_string();
+        let mut all = vec![
+            "doctor",
+            "--name",
+            self.name(),
+            "--node",
+            node.as_str(),
+            "--",
+        ];
+        all.extend_from_slice(args);
+        let out = vpc_box(120, &[], &all);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !stderr.is_empty() {
+            eprintln!("ipamd doctor {args:?} on node {i}, stderr:\n{stderr}");
+        }
+        let code = out
+            .status
+            .code()
+            .unwrap_or_else(|| panic!("vpc-box doctor was killed: {}", out.status));
+        // coreutils `timeout` exits 124 when it had to stop the command.
+        assert_ne!(code, 124, "ipamd doctor did not finish within 120 s");
+        (code, String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// ipamd's STATUS on node `i`, asked directly on its socket.
