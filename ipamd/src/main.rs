@@ -111,7 +111,15 @@ struct PendingConflist {
 
 fn main() -> ExitCode {
     let started = Instant::now();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // A doctor that cannot run exits 3, never 2 (clap's usage status), which means broken.
+        Err(e) if e.use_stderr() && std::env::args().nth(1).as_deref() == Some("doctor") => {
+            let _ = e.print();
+            return ExitCode::from(3);
+        }
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         Some(Command::Health { socket, live }) => health(socket, live),
         Some(Command::Init) => init(),

@@ -448,30 +448,40 @@ fn leaked(facts: &Facts) -> Option<Vec<Finding>> {
             humantime::format_duration(facts.config.leaked_eni_cleanup_interval)
         )
     };
+    let now = std::time::SystemTime::now();
     Some(
         ec2.leaked
             .iter()
             .map(|eni| {
-                Finding::new(
+                let created = eni.tags.get(crate::daemon::TAG_CREATED_AT);
+                let age = created
+                    .and_then(|c| humantime::parse_rfc3339(c).ok())
+                    .map(|t| now.duration_since(t).unwrap_or_default());
+                // A young ENI may be one another node is still attaching, as ipamd's cleanup
+                // judges it.
+                let young = age.is_some_and(|a| a < crate::daemon::MIN_LEAK_AGE);
+                let finding = Finding::new(
                     "leaked-enis",
                     G,
-                    Severity::Warning,
+                    if young { Severity::Info } else { Severity::Warning },
                     format!(
-                        "ENI {} ({}, subnet {}, created {}) is ours and attached to nothing: it holds {} subnet address(es)",
+                        "ENI {} ({}, subnet {}, created {}) is ours and attached to nothing{}: it holds {} subnet address(es)",
                         eni.id,
                         eni.description,
                         eni.subnet_id,
-                        eni.tags
-                            .get("node.k8s.amazonaws.com/createdAt")
-                            .map(String::as_str)
-                            .unwrap_or("at an unknown time"),
+                        created.map(String::as_str).unwrap_or("at an unknown time"),
+                        if young { ", but is younger than 5 minutes (another node may be attaching it)" } else { "" },
                         1 + eni.secondary_ips.len() + 16 * eni.prefixes.len()
                     ),
-                )
-                .fix(format!(
-                    "{cleanup}; or delete it now: `aws ec2 delete-network-interface --network-interface-id {}`",
-                    eni.id
-                ))
+                );
+                if young {
+                    finding
+                } else {
+                    finding.fix(format!(
+                        "{cleanup}; or delete it now: `aws ec2 delete-network-interface --network-interface-id {}`",
+                        eni.id
+                    ))
+                }
             })
             .collect(),
     )
@@ -737,6 +747,10 @@ mod tests {
         let mut eni = f.ec2.as_ref().unwrap().enis[1].clone();
         eni.id = "eni-leak".into();
         eni.attachment = None;
+        f.ec2.as_mut().unwrap().leaked.push(eni.clone());
+        eni.id = "eni-young".into();
+        let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+        eni.tags.insert(crate::daemon::TAG_CREATED_AT.into(), now);
         f.ec2.as_mut().unwrap().leaked.push(eni);
         f.snat_pending = Ok(vec![netops::snat::Change::ChainCreated {
             table: netops::snat::Table::Nat,
@@ -748,6 +762,8 @@ mod tests {
         assert!(
             x[0].evidence.contains("eni-leak") && x[0].fix.as_deref().unwrap().contains("eni-leak")
         );
+        assert_eq!(x[1].severity, Severity::Info, "{x:#?}");
+        assert!(x[1].evidence.contains("eni-young") && x[1].fix.is_none());
         let s = of(&found, "snat");
         assert_eq!(s[0].severity, Severity::Error);
         assert!(s[0].evidence.contains("AWS-SNAT-CHAIN-0"));
