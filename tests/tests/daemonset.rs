@@ -259,6 +259,25 @@ fn the_daemonset_serves_pods_and_keeps_them_through_a_roll_and_a_delete() {
     assert!(vbox.pings(pod_name(on2[0]), pod_ip(on1[0])), "back");
     every_address_accounted_for(&vbox, &pods);
 
+    // `ipamd doctor`, run in the node's DaemonSet pod as an operator runs it (its /host
+    // mounts, the pod's environment), finds the serving node healthy.
+    let (code, stdout) = vbox.doctor(1, &["--json"]);
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!("ipamd doctor --json (exit {code}) printed no JSON ({e}): {stdout}")
+    });
+    let problems: Vec<&Value> = report["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| !matches!(f["severity"].as_str(), Some("ok" | "info")))
+        .collect();
+    assert_eq!(
+        (code, report["verdict"].as_str()),
+        (0, Some("healthy")),
+        "{}: {problems:#?}",
+        report["summary"]
+    );
+
     // Rolled to a new tag while `a` pings `b` every 100 ms.
     let conflist = inode(&node_path(&vbox, 1, CONFLIST));
     let plugin = inode(&node_path(&vbox, 1, PLUGIN));

@@ -161,6 +161,9 @@ pub struct Log {
     pub stages: Vec<String>,
     /// The last error lines (at most a few), with their age in seconds when known.
     pub errors: Vec<(String, Option<u64>)>,
+    /// EC2 APIs whose calls were refused for lack of a permission, with the age in seconds of
+    /// the last refusal when known.
+    pub denials: BTreeMap<String, Option<u64>>,
 }
 
 /// Everything gathered.

@@ -443,16 +443,49 @@ const STAGES: &[&str] = &[
     "ipamd stopped",
 ];
 
-/// The last start's stages and the last errors of ipamd's JSON log lines.
-pub fn parse_log(text: &str, now: SystemTime) -> (Vec<String>, Vec<(String, Option<u64>)>) {
+/// The EC2 APIs a log line says were refused for lack of a permission: ipamd writes a failed
+/// call as `<Api>: <code>: <message>`.
+fn refused_apis(line: &str) -> Vec<String> {
+    let mut apis = Vec::new();
+    for code in ["UnauthorizedOperation", "AuthFailure"] {
+        for (at, _) in line.match_indices(&format!(": {code}")) {
+            let api: String = line[..at]
+                .chars()
+                .rev()
+                .take_while(char::is_ascii_alphanumeric)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            if !api.is_empty() {
+                apis.push(api);
+            }
+        }
+    }
+    apis
+}
+
+/// The last start's stages, the last errors and the refused EC2 APIs of ipamd's JSON log
+/// lines.
+pub fn parse_log(text: &str, now: SystemTime) -> Log {
     let mut stages = Vec::new();
     let mut errors = Vec::new();
+    let mut denials = BTreeMap::new();
     for line in text.lines() {
         let Ok(v) = serde_json::from_str::<Value>(line) else {
             continue;
         };
         let field = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default();
         let (level, message) = (field("level"), field("message"));
+        let age = || {
+            humantime::parse_rfc3339_weak(field("timestamp"))
+                .ok()
+                .and_then(|t| now.duration_since(t).ok())
+                .map(|d| d.as_secs())
+        };
+        for api in refused_apis(line) {
+            denials.insert(api, age());
+        }
         if message.starts_with("Starting vpc-cni ipamd") {
             stages.clear();
         }
@@ -460,10 +493,7 @@ pub fn parse_log(text: &str, now: SystemTime) -> (Vec<String>, Vec<(String, Opti
             stages.push(message.to_string());
         }
         if level.eq_ignore_ascii_case("error") {
-            let age = humantime::parse_rfc3339_weak(field("timestamp"))
-                .ok()
-                .and_then(|t| now.duration_since(t).ok())
-                .map(|d| d.as_secs());
+            let age = age();
             let error = v.get("error").and_then(Value::as_str);
             let shown = match error {
                 Some(e) => format!("{} {message}: {e}", field("timestamp")),
@@ -474,16 +504,19 @@ pub fn parse_log(text: &str, now: SystemTime) -> (Vec<String>, Vec<(String, Opti
     }
     let keep = errors.len().saturating_sub(5);
     errors.drain(..keep);
-    (stages, errors)
+    Log {
+        path: PathBuf::new(),
+        stages,
+        errors,
+        denials,
+    }
 }
 
 fn read_log(path: &Path, now: SystemTime) -> Result<Log, String> {
     let text = tail(path, LOG_TAIL).map_err(|e| format!("{}: {e}", path.display()))?;
-    let (stages, errors) = parse_log(&text, now);
     Ok(Log {
         path: path.to_path_buf(),
-        stages,
-        errors,
+        ..parse_log(&text, now)
     })
 }
 
@@ -516,9 +549,19 @@ mod tests {
             r#"{"timestamp":"2026-11-26T09:59:01Z","level":"INFO","message":"node identity from IMDS","instance":"i-1"}"#,
             r#"{"timestamp":"2026-11-26T09:59:02Z","level":"INFO","message":"Serving RPC Handler on unix:/x"}"#,
             r#"{"timestamp":"2026-11-26T09:59:50Z","level":"ERROR","message":"growing failed","error":"EC2 refused"}"#,
+            r#"{"timestamp":"2026-11-26T09:59:55Z","level":"WARN","message":"growth paused","error":"the node's IAM role lacks a permission (assigning addresses: AssignPrivateIpAddresses: UnauthorizedOperation: You are not authorized)"}"#,
         ]
         .join("\n");
-        let (stages, errors) = parse_log(&log, now);
+        let Log {
+            stages,
+            errors,
+            denials,
+            ..
+        } = parse_log(&log, now);
+        assert_eq!(
+            denials,
+            BTreeMap::from([("AssignPrivateIpAddresses".to_string(), Some(5))])
+        );
         assert_eq!(stages.len(), 3, "{stages:?}");
         assert!(stages[2].starts_with("Serving RPC Handler"));
         assert_eq!(errors.len(), 2);

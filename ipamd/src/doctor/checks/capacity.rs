@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use introspect::json::PoolStatus;
 
 use super::super::{Facts, Finding, Group, Severity};
-use super::api_errors;
 
 const G: Group = Group::Capacity;
 
@@ -186,6 +185,29 @@ fn growth(facts: &Facts) -> Option<Finding> {
     } else {
         Finding::new("growth", G, Severity::Ok, format!("next: {}", pool.reason))
     })
+}
+
+/// `awscni_aws_api_error_count` by (API, error code), from ipamd's metrics.
+fn api_errors(metrics: &str) -> std::collections::BTreeMap<(String, String), f64> {
+    let label = |line: &str, name: &str| {
+        line.split(&format!("{name}=\""))
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .unwrap_or("?")
+            .to_string()
+    };
+    let mut out = std::collections::BTreeMap::new();
+    for line in metrics
+        .lines()
+        .filter(|l| l.starts_with("awscni_aws_api_error_count{"))
+    {
+        let Some(value) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
+            continue;
+        };
+        *out.entry((label(line, "api"), label(line, "error")))
+            .or_insert(0.0) += value;
+    }
+    out
 }
 
 fn ec2_errors(facts: &Facts) -> Option<Finding> {

@@ -329,6 +329,7 @@ pub fn healthy() -> Facts {
             path: "/var/log/aws-routed-eni/ipamd.log".into(),
             stages: vec!["Starting vpc-cni ipamd".into()],
             errors: vec![],
+            denials: BTreeMap::new(),
         })),
     }
 }

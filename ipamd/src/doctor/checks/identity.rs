@@ -7,6 +7,9 @@ use super::super::{Facts, Finding, Group, Severity};
 
 const G: Group = Group::Identity;
 
+/// A refusal of a call without DryRun counts as current for this long (seconds).
+const RECENT_DENIAL: u64 = 600;
+
 /// The actions whose denial only matters in IPv6 mode or when the table lacks the type.
 fn needed(facts: &Facts, action: &str) -> bool {
     match action {
@@ -101,23 +104,37 @@ pub(super) fn check(facts: &Facts) -> Vec<Finding> {
             Permission::Unknown(e) => unknown.push(format!("ec2:{action} ({e})")),
         }
     }
-    // The address calls have no DryRun: ipamd's own refused calls tell of those.
-    if let Ok(metrics) = &facts.ipamd.metrics {
-        for ((api, code), n) in super::api_errors(metrics) {
-            if cloud::classify_code(&code) == cloud::CloudErrorKind::Unauthorized {
+    // The address calls have no DryRun: ipamd's recent refusals (its log) tell of those.
+    if let Some(Ok(log)) = &facts.log {
+        let probed = |api: &str| facts.permissions.iter().any(|(a, _)| *a == api);
+        for (api, age) in log.denials.iter().filter(|(api, _)| !probed(api)) {
+            let recent = age.is_none_or(|a| a < RECENT_DENIAL);
+            if recent {
                 denied += 1;
-                out.push(
-                    Finding::new(
-                        "iam",
-                        G,
-                        Severity::Error,
-                        format!("ipamd's ec2:{api} calls were refused {n} time(s) with {code} since it started"),
-                    )
-                    .fix(format!(
-                        "allow ec2:{api} to the node's IAM role (the policy ipamd needs is config/iam-policy.json, as AmazonEKS_CNI_Policy)"
-                    )),
-                );
             }
+            let when = age.map_or_else(
+                || "at an unknown time".to_string(),
+                |a| format!("{a} s ago"),
+            );
+            let finding = Finding::new(
+                "iam",
+                G,
+                if recent {
+                    Severity::Error
+                } else {
+                    Severity::Info
+                },
+                format!(
+                    "ipamd's ec2:{api} call was refused for lack of a permission {when} (its log; EC2 has no DryRun for it)"
+                ),
+            );
+            out.push(if recent {
+                finding.fix(format!(
+                    "allow ec2:{api} to the node's IAM role (the policy ipamd needs is config/iam-policy.json, as AmazonEKS_CNI_Policy)"
+                ))
+            } else {
+                finding
+            });
         }
     }
     if !unknown.is_empty() {
@@ -185,17 +202,23 @@ mod tests {
     }
 
     #[test]
-    fn calls_ipamd_saw_refused_are_named_although_they_have_no_dry_run() {
+    fn recent_refusals_of_calls_without_dry_run_are_named() {
         let mut f = healthy();
-        f.ipamd.metrics = Ok("awscni_aws_api_error_count{api=\"AssignPrivateIpAddresses\",error=\"UnauthorizedOperation\"} 2\n".into());
+        let log = f.log.as_mut().unwrap().as_mut().unwrap();
+        log.denials
+            .insert("AssignPrivateIpAddresses".into(), Some(30));
+        log.denials
+            .insert("UnassignPrivateIpAddresses".into(), Some(3600));
+        // Probed by DryRun, which tells the present: the log's past refusal is not repeated.
+        log.denials
+            .insert("CreateNetworkInterface".into(), Some(30));
         let found = check(&f);
         let iam: Vec<_> = found.iter().filter(|x| x.check == "iam").collect();
-        assert_eq!(iam.len(), 1, "{iam:#?}");
+        assert_eq!(iam.len(), 2, "{iam:#?}");
         assert_eq!(iam[0].severity, Severity::Error);
-        assert!(
-            iam[0].evidence.contains("AssignPrivateIpAddresses")
-                && iam[0].evidence.contains("2 time(s)")
-        );
+        assert!(iam[0].evidence.contains("AssignPrivateIpAddresses") && iam[0].fix.is_some());
+        assert_eq!(iam[1].severity, Severity::Info);
+        assert!(iam[1].evidence.contains("UnassignPrivateIpAddresses"));
     }
 
     #[test]

@@ -37,26 +37,3 @@ fn listed<T: std::fmt::Display>(items: &[T], max: usize) -> String {
     }
     text
 }
-
-/// `awscni_aws_api_error_count` by (API, error code), from ipamd's metrics.
-fn api_errors(metrics: &str) -> std::collections::BTreeMap<(String, String), f64> {
-    let label = |line: &str, name: &str| {
-        line.split(&format!("{name}=\""))
-            .nth(1)
-            .and_then(|rest| rest.split('"').next())
-            .unwrap_or("?")
-            .to_string()
-    };
-    let mut out = std::collections::BTreeMap::new();
-    for line in metrics
-        .lines()
-        .filter(|l| l.starts_with("awscni_aws_api_error_count{"))
-    {
-        let Some(value) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
-            continue;
-        };
-        *out.entry((label(line, "api"), label(line, "error")))
-            .or_insert(0.0) += value;
-    }
-    out
-}
