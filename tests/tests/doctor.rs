@@ -3,7 +3,7 @@
 //! holds every part; then each fault of the checklist, made through the real parts (the
 //! node's rules, routes and iptables, its CNI conf dir, EC2, ipamd itself), is named by the
 //! right check with the evidence and a fix, and undone (the node checked healthy again)
-//! before the next.
+//! before the next; then several at once are repaired by `--fix`.
 
 mod common;
 
@@ -573,6 +573,67 @@ fn the_doctor_names_each_fault_of_the_checklist() {
     );
     vbox.set_imds_frozen(false);
     healed(&vbox, "IMDS's freeze");
+
+    // `--fix`: rules 512 and 1536 of live pods gone, an orphan route, the SNAT chain gone, all
+    // at once; the doctor repairs each (saying so first) and checks again: healthy.
+    let rule512 = format!("to {} lookup main pref 512", primary.ip);
+    let rule1536 = format!("from {} lookup {} pref 1536", secondary.ip, secondary.table);
+    ip_ns(ns, &format!("rule del {rule512}"));
+    ip_ns(ns, &format!("rule del {rule1536}"));
+    let (_, orphan) = free_pool_address(&node);
+    ip_ns(
+        ns,
+        &format!("route add {orphan}/32 dev {} scope link", primary.veth),
+    );
+    exec_in(ns, "iptables", &jump, None);
+    exec_in(
+        ns,
+        "iptables",
+        &["-t", "nat", "-F", "AWS-SNAT-CHAIN-0"],
+        None,
+    );
+    exec_in(
+        ns,
+        "iptables",
+        &["-t", "nat", "-X", "AWS-SNAT-CHAIN-0"],
+        None,
+    );
+    expect_finding(&vbox, "pod-wiring", &["error"], &[&primary.ip]);
+    let (code, stdout) = vbox.doctor(1, &["--fix", "--json"]);
+    let fixed: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("doctor --fix --json printed no JSON ({e}): {stdout}"));
+    assert_eq!(
+        (code, fixed["verdict"].as_str()),
+        (0, Some("healthy")),
+        "after --fix: {}\n{}",
+        fixed["summary"],
+        problems(&fixed)
+    );
+    let rules = ip_ns(ns, "rule show");
+    for (pref, rule) in [
+        ("512:", format!("to {} lookup main", primary.ip)),
+        (
+            "1536:",
+            format!("from {} lookup {}", secondary.ip, secondary.table),
+        ),
+    ] {
+        assert!(
+            rules
+                .iter()
+                .any(|l| l.starts_with(pref) && l.contains(&rule)),
+            "no rule {pref} {rule} after --fix: {rules:?}"
+        );
+    }
+    assert!(
+        ip_ns(ns, &format!("-4 route show {orphan}/32")).is_empty(),
+        "the orphan route to {orphan} is still there after --fix"
+    );
+    assert!(
+        nat_rules(ns)
+            .iter()
+            .any(|l| l.starts_with("-A POSTROUTING") && l.ends_with("-j AWS-SNAT-CHAIN-0")),
+        "no SNAT jump after --fix"
+    );
 
     // ipamd down, last.
     vbox.stop_ipamd(1, false);
