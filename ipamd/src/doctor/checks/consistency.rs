@@ -10,17 +10,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
+use netops::{PRIO_FROM_POD, PRIO_TO_POD};
 
 use super::super::facts::{KRoute, KRule, Kernel};
 use super::super::{Facts, Finding, Group, Repair, Severity};
 use super::listed;
 
 const G: Group = Group::Consistency;
-
-/// `to <ip> lookup main`.
-pub const PRIO_TO_POD: u32 = netops::PRIO_TO_POD;
-/// `from <ip> lookup <table>`.
-pub const PRIO_FROM_POD: u32 = netops::PRIO_FROM_POD;
 
 /// A pod address as ipamd holds it.
 #[derive(Clone, Debug)]

@@ -14,7 +14,7 @@ use introspect::json::{
 };
 use ipam_proto::{PoolCounts, StatusReply};
 use ipnetwork::IpNetwork;
-use netops::Link;
+use netops::{Link, PRIO_FROM_POD, PRIO_TO_POD};
 
 use super::super::Facts;
 use super::super::facts::{
@@ -192,9 +192,9 @@ pub fn healthy() -> Facts {
     let kernel = Kernel {
         rules: vec![
             rule(0, None, None, 255),
-            rule(PRIO_TO, None, Some(a), main),
-            rule(PRIO_TO, None, Some(b), main),
-            rule(PRIO_FROM, Some(b), None, 2),
+            rule(PRIO_TO_POD, None, Some(a), main),
+            rule(PRIO_TO_POD, None, Some(b), main),
+            rule(PRIO_FROM_POD, Some(b), None, 2),
             rule(32766, None, None, main),
         ],
         routes: vec![
@@ -333,6 +333,3 @@ pub fn healthy() -> Facts {
         })),
     }
 }
-
-const PRIO_TO: u32 = netops::PRIO_TO_POD;
-const PRIO_FROM: u32 = netops::PRIO_FROM_POD;
