@@ -55,7 +55,12 @@ fn status_of(verdict: &str) -> i32 {
 /// object, known groups and severities, a fix for every finding that is not ok, the verdict
 /// that its findings' worst severity gives, and the exit status that goes with the verdict.
 fn diagnose(vbox: &VpcBox) -> Value {
-    let (code, stdout) = vbox.doctor(1, &["--json"]);
+    diagnose_with(vbox, &["--json"])
+}
+
+/// [`diagnose`] with other doctor arguments (`--json` among them).
+fn diagnose_with(vbox: &VpcBox, args: &[&str]) -> Value {
+    let (code, stdout) = vbox.doctor(1, args);
     let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
         panic!("ipamd doctor --json (exit {code}) printed no JSON object ({e}): {stdout:?}")
     });
@@ -151,6 +156,14 @@ fn healed(vbox: &VpcBox, what: &str) {
         last["summary"],
         problems(&last)
     );
+}
+
+/// Removes the POSTROUTING jump (`jump`, an `iptables -D` command) and then the SNAT chain.
+fn remove_snat_chain(ns: &str, jump: &[&str]) {
+    exec_in(ns, "iptables", jump, None);
+    for op in ["-F", "-X"] {
+        exec_in(ns, "iptables", &["-t", "nat", op, "AWS-SNAT-CHAIN-0"], None);
+    }
 }
 
 /// `ip -n <netns> <words of cmd>`, which must succeed; its lines.
@@ -440,19 +453,7 @@ fn the_doctor_names_each_fault_of_the_checklist() {
     exec_in(ns, "iptables-restore", &[], Some(saved.as_bytes()));
     assert_eq!(nat_rules(ns), before, "the nat table as it was");
     healed(&vbox, "the removal of the SNAT jump");
-    exec_in(ns, "iptables", &jump, None);
-    exec_in(
-        ns,
-        "iptables",
-        &["-t", "nat", "-F", "AWS-SNAT-CHAIN-0"],
-        None,
-    );
-    exec_in(
-        ns,
-        "iptables",
-        &["-t", "nat", "-X", "AWS-SNAT-CHAIN-0"],
-        None,
-    );
+    remove_snat_chain(ns, &jump);
     assert!(
         !nat_rules(ns).iter().any(|l| l.contains("AWS-SNAT-CHAIN-0")),
         "AWS-SNAT-CHAIN-0 still there"
@@ -585,26 +586,12 @@ fn the_doctor_names_each_fault_of_the_checklist() {
         ns,
         &format!("route add {orphan}/32 dev {} scope link", primary.veth),
     );
-    exec_in(ns, "iptables", &jump, None);
-    exec_in(
-        ns,
-        "iptables",
-        &["-t", "nat", "-F", "AWS-SNAT-CHAIN-0"],
-        None,
-    );
-    exec_in(
-        ns,
-        "iptables",
-        &["-t", "nat", "-X", "AWS-SNAT-CHAIN-0"],
-        None,
-    );
+    remove_snat_chain(ns, &jump);
     expect_finding(&vbox, "pod-wiring", &["error"], &[&primary.ip]);
-    let (code, stdout) = vbox.doctor(1, &["--fix", "--json"]);
-    let fixed: Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("doctor --fix --json printed no JSON ({e}): {stdout}"));
+    let fixed = diagnose_with(&vbox, &["--fix", "--json"]);
     assert_eq!(
-        (code, fixed["verdict"].as_str()),
-        (0, Some("healthy")),
+        fixed["verdict"],
+        "healthy",
         "after --fix: {}\n{}",
         fixed["summary"],
         problems(&fixed)

@@ -10,7 +10,7 @@ use flate2::write::GzEncoder;
 
 use super::facts::Facts;
 use super::gather::{self, tail};
-use super::{Report, checks, http, render};
+use super::{Report, checks, render};
 use crate::config::LogTarget;
 use crate::install::DEFAULT_PLUGIN_LOG_FILE;
 
@@ -24,7 +24,7 @@ pub const TOTAL_MAX: usize = 40 << 20;
 /// One file of the bundle.
 pub struct Part {
     /// File name under [`TOP`].
-    pub name: &'static str,
+    pub name: String,
     /// What it is, for the MANIFEST.
     pub what: &'static str,
     /// Its content, or why it could not be read.
@@ -32,9 +32,9 @@ pub struct Part {
 }
 
 impl Part {
-    fn new(name: &'static str, what: &'static str, content: Result<String, String>) -> Self {
+    fn new(name: impl Into<String>, what: &'static str, content: Result<String, String>) -> Self {
         Self {
-            name,
+            name: name.into(),
             what,
             content,
         }
@@ -172,15 +172,14 @@ fn plugin_log(facts: &Facts) -> std::path::PathBuf {
     gather::on_host(Path::new(path))
 }
 
+/// The bundle's file for an introspection endpoint: `/v1/enis` is `v1-enis.json`.
+fn endpoint_file(path: &str) -> String {
+    format!("{}.json", path.trim_start_matches('/').replace('/', "-"))
+}
+
 /// Reads every part.
 pub async fn collect(facts: &Facts, report: &Report) -> Vec<Part> {
     let config = &facts.config;
-    let endpoint = |path: &'static str| async move {
-        if config.disable_introspection {
-            return Err("DISABLE_INTROSPECTION=true".to_string());
-        }
-        http::get(&config.introspection_bind, path).await
-    };
     let ipamd_log = match &config.log_target {
         LogTarget::File(p) => Some(p.as_path()),
         _ => None,
@@ -223,20 +222,11 @@ pub async fn collect(facts: &Facts, report: &Report) -> Vec<Part> {
         "the node's iptables, every table",
         iptables,
     ));
-    for (name, path) in [
-        ("v1-enis.json", "/v1/enis"),
-        ("v1-pods.json", "/v1/pods"),
-        ("v1-pool.json", "/v1/pool"),
-        (
-            "v1-networkutils-env-settings.json",
-            "/v1/networkutils-env-settings",
-        ),
-        ("v1-ipamd-env-settings.json", "/v1/ipamd-env-settings"),
-    ] {
+    for (path, body) in &facts.ipamd.introspection {
         parts.push(Part::new(
-            name,
+            endpoint_file(path),
             "ipamd's introspection endpoint of that name",
-            endpoint(path).await,
+            body.clone(),
         ));
     }
     parts.push(Part::new(
@@ -284,7 +274,7 @@ pub fn write(path: &Path, parts: &[Part]) -> std::io::Result<String> {
                 let room = PART_MAX.min(TOTAL_MAX.saturating_sub(total));
                 let kept = cut(text, room);
                 total += kept.len();
-                add(&mut tar, part.name, kept.as_bytes())?;
+                add(&mut tar, &part.name, kept.as_bytes())?;
                 let note = if kept.len() < text.len() {
                     format!(" (cut from {} bytes)", text.len())
                 } else {
@@ -300,7 +290,7 @@ pub fn write(path: &Path, parts: &[Part]) -> std::io::Result<String> {
             }
             Err(why) => {
                 let text = format!("unavailable: {why}\n");
-                add(&mut tar, part.name, text.as_bytes())?;
+                add(&mut tar, &part.name, text.as_bytes())?;
                 let _ = writeln!(
                     manifest,
                     "{:40} UNAVAILABLE ({why}): {}",

@@ -125,6 +125,8 @@ pub struct Ipamd {
     pub enis: Result<BTreeMap<String, EniInfos>, String>,
     /// `/metrics`.
     pub metrics: Result<String, String>,
+    /// The body of each introspection endpoint as read (the bundle keeps them), by path.
+    pub introspection: BTreeMap<&'static str, Result<String, String>>,
 }
 
 /// One file of the CNI conf dir.

@@ -33,6 +33,15 @@ pub fn on_host(path: &Path) -> PathBuf {
     }
 }
 
+/// The introspection endpoints the doctor reads (and the bundle keeps).
+pub const INTROSPECTION_PATHS: [&str; 5] = [
+    "/v1/enis",
+    "/v1/pods",
+    "/v1/pool",
+    "/v1/networkutils-env-settings",
+    "/v1/ipamd-env-settings",
+];
+
 /// How long IMDS may lag EC2 before the doctor calls it a disagreement.
 const IMDS_SETTLE: Duration = Duration::from_secs(3);
 /// The tail of a log the doctor reads.
@@ -211,26 +220,37 @@ async fn ipamd(config: &Config) -> Ipamd {
     })
     .await
     .unwrap_or_else(|e| Err(text(e)));
-    let introspect = |path: &'static str| async move {
-        if config.disable_introspection {
-            return Err("DISABLE_INTROSPECTION=true".to_string());
-        }
-        http::get(&config.introspection_bind, path).await
-    };
-    fn parsed<T: serde::de::DeserializeOwned>(body: Result<String, String>) -> Result<T, String> {
-        serde_json::from_str(&body?).map_err(|e| format!("not the JSON expected: {e}"))
+    let mut introspection = BTreeMap::new();
+    for path in INTROSPECTION_PATHS {
+        let body = if config.disable_introspection {
+            Err("DISABLE_INTROSPECTION=true".to_string())
+        } else {
+            http::get(&config.introspection_bind, path).await
+        };
+        introspection.insert(path, body);
+    }
+    fn parsed<T: serde::de::DeserializeOwned>(
+        bodies: &BTreeMap<&str, Result<String, String>>,
+        path: &str,
+    ) -> Result<T, String> {
+        let body = bodies
+            .get(path)
+            .cloned()
+            .unwrap_or_else(|| Err(format!("{path} not read")))?;
+        serde_json::from_str(&body).map_err(|e| format!("not the JSON expected: {e}"))
     }
     Ipamd {
         socket,
         status,
-        pool: parsed(introspect("/v1/pool").await),
-        pods: parsed(introspect("/v1/pods").await),
-        enis: parsed(introspect("/v1/enis").await),
+        pool: parsed(&introspection, "/v1/pool"),
+        pods: parsed(&introspection, "/v1/pods"),
+        enis: parsed(&introspection, "/v1/enis"),
         metrics: if config.disable_metrics {
             Err("DISABLE_METRICS=true".into())
         } else {
             http::get(&config.metrics_bind, "/metrics").await
         },
+        introspection,
     }
 }
 

@@ -312,6 +312,7 @@ pub fn healthy() -> Facts {
                 },
             )])),
             metrics: Ok("awscni_build_info{version=\"x\"} 1\n".into()),
+            introspection: BTreeMap::new(),
         },
         kernel: Ok(kernel),
         snat_pending: Ok(vec![]),
