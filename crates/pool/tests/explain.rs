@@ -112,6 +112,7 @@ fn a_surplus_is_quoted_and_the_release_interval_is_waited_out() {
     let ctx = PlanContext {
         now: START,
         last_release: Some(Timestamp(START.millis() - 10_000)),
+        ..PlanContext::at(START)
     };
     let e = explain(&p, &limits(3, 9), &warm_ip(2, 0), ctx);
     assert_eq!(e.plan, Plan::default());

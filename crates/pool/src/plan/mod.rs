@@ -1,6 +1,7 @@
 //! The warm-pool controller, pure: from the pool, the instance's limits and the targets, the
 //! next thing to ask of EC2.
 
+mod demand;
 mod grow;
 mod reason;
 mod shrink;
@@ -59,14 +60,22 @@ pub struct PlanContext {
     /// [`Action::ReleasePrefixes`]); nothing is released again before [`RELEASE_INTERVAL`]
     /// has passed since.
     pub last_release: Option<Timestamp>,
+    /// Pods bound to the node that hold no address yet: they will take that many available
+    /// addresses, so the pool plans as if they had (and grows for those that find none).
+    pub pending: u32,
+    /// The node is cordoned: no new ENI, and every available address beyond what the
+    /// pending pods need is given back (within the release pacing).
+    pub draining: bool,
 }
 
 impl PlanContext {
-    /// At `now`, with no release yet.
+    /// At `now`, with no release yet, no pending pod, not draining.
     pub fn at(now: Timestamp) -> Self {
         PlanContext {
             now,
             last_release: None,
+            pending: 0,
+            draining: false,
         }
     }
 }
@@ -152,6 +161,11 @@ pub enum Blocked {
         /// ENIs held.
         enis: u32,
     },
+    /// Every ENI is full and the node is cordoned, so no new ENI is attached.
+    Cordoned {
+        /// ENIs held.
+        enis: u32,
+    },
 }
 
 impl fmt::Display for Blocked {
@@ -164,6 +178,11 @@ impl fmt::Display for Blocked {
             Blocked::MaxEnis { enis } => write!(
                 f,
                 "the max ENI limit is already reached ({enis} ENIs attached, every one full)"
+            ),
+            Blocked::Cordoned { enis } => write!(
+                f,
+                "the node is cordoned, so no ENI is added while it drains ({enis} ENIs attached, \
+                 every one full; AWS_MANAGE_ENIS_NON_SCHEDULABLE=true allows it)"
             ),
         }
     }
@@ -201,6 +220,14 @@ pub struct Plan {
 /// past `max_pods`. Releases come only when not growing, at most every [`RELEASE_INTERVAL`];
 /// freeing an ENI (at most one) only when there is nothing else to do.
 ///
+/// Beyond the Go CNI, from what the cluster says ([`PlanContext`]):
+/// - `pending` pods count as holding available addresses already: every mode's target is
+///   kept on top of them, and those that find no address add to the shortfall, so a burst
+///   of pods is met by one call per ENI instead of one per pod.
+/// - `draining` (cordoned): no target but the pending pods; no new ENI ([`Blocked::Cordoned`]);
+///   every other available address and wholly available prefix is given back, and unused
+///   ENIs are freed.
+///
 /// Deliberate differences from the Go CNI:
 /// - Addresses in cooldown do not count as available, for growing nor for the surplus, and a
 ///   prefix counts as free only with all 16 addresses available: none of them can serve an
@@ -236,21 +263,22 @@ pub struct Explained {
 pub fn explain(pool: &Pool, limits: &NodeLimits, targets: &Targets, ctx: PlanContext) -> Explained {
     let view = view::PoolView::new(pool, ctx.now);
     let standing = Standing::new(&view.totals, limits, targets);
-    if let Some(units) = targets.shortfall(&view.totals, limits) {
-        let plan = grow::growth(&view, limits, targets, units);
+    let demand = demand::Demand::new(&view.totals, ctx);
+    if let Some(units) = demand.shortfall(targets, limits) {
+        let plan = demand.growth(&view, limits, targets, units);
         let reason = match plan.blocked {
             Some(blocked) => Reason::Blocked { standing, blocked },
             None => Reason::Low(standing),
         };
         return Explained { plan, reason };
     }
-    let surplus = targets.surplus(&view.totals).map(|s| match s {
+    let surplus = demand.surplus(targets).map(|s| match s {
         targets::Surplus::Addresses(n) | targets::Surplus::Prefixes(n) => n,
     });
     let next_release = ctx.last_release.map(|t| t.after(RELEASE_INTERVAL));
     let may_release = next_release.is_none_or(|t| t <= ctx.now);
     if may_release {
-        let actions = shrink::releases(&view, targets);
+        let actions = shrink::releases(&view, demand.surplus(targets));
         if !actions.is_empty() {
             return Explained {
                 plan: Plan {
@@ -264,7 +292,7 @@ pub fn explain(pool: &Pool, limits: &NodeLimits, targets: &Targets, ctx: PlanCon
             };
         }
     }
-    if let Some(eni_id) = shrink::eni_to_free(&view, limits, targets, ctx.now) {
+    if let Some(eni_id) = shrink::eni_to_free(&view, &demand, limits, targets, ctx.now) {
         return Explained {
             plan: Plan {
                 actions: vec![Action::FreeEni {

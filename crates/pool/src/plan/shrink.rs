@@ -2,6 +2,7 @@
 
 use std::cmp::Reverse;
 
+use super::demand::Demand;
 use super::targets::Surplus;
 use super::view::{EniView, PoolView, Unit};
 use super::{Action, MIN_ENI_AGE, NodeLimits, Targets};
@@ -11,8 +12,8 @@ use crate::time::Timestamp;
 /// fewest assigned addresses first (then the highest device number: ENIs emptied first can be
 /// freed), highest addresses first. Only available addresses and wholly available prefixes
 /// are candidates: see [`crate::plan()`] for why cooling ones stay.
-pub(super) fn releases(view: &PoolView<'_>, targets: &Targets) -> Vec<Action> {
-    let Some(surplus) = targets.surplus(&view.totals) else {
+pub(super) fn releases(view: &PoolView<'_>, surplus: Option<Surplus>) -> Vec<Action> {
+    let Some(surplus) = surplus else {
         return Vec::new();
     };
     let mut order: Vec<&EniView<'_>> = view.enis.iter().collect();
@@ -63,13 +64,14 @@ pub(super) fn releases(view: &PoolView<'_>, targets: &Targets) -> Vec<Action> {
 /// still need. Highest device number first, so the choice is deterministic.
 pub(super) fn eni_to_free<'a>(
     view: &'a PoolView<'_>,
+    demand: &Demand,
     limits: &NodeLimits,
     targets: &Targets,
     now: Timestamp,
 ) -> Option<&'a str> {
     let unused = |e: &&EniView<'_>| !e.info.is_primary() && e.totals.assigned == 0;
     let any_unused = view.enis.iter().any(|e| unused(&e));
-    if !targets.may_free_enis(&view.totals, limits, any_unused) {
+    if !demand.may_free_enis(&view.totals, limits, targets, any_unused) {
         return None;
     }
     view.enis
@@ -77,6 +79,6 @@ pub(super) fn eni_to_free<'a>(
         .rev()
         .filter(unused)
         .filter(|e| e.cooling == 0 && e.info.created_at.after(MIN_ENI_AGE) <= now)
-        .find(|e| targets.met_by(&view.totals.without(e.totals), limits))
+        .find(|e| demand.met_by(&view.totals.without(e.totals), limits, targets))
         .map(|e| e.info.id.as_str())
 }

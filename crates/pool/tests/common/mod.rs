@@ -60,6 +60,10 @@ pub struct Sim {
     pub last_release: Option<Timestamp>,
     /// Carry out only the first action of each plan, then plan again.
     pub first_only: bool,
+    /// Pods bound to the node without an address yet ([`PlanContext::pending`]).
+    pub pending: u32,
+    /// The node is cordoned ([`PlanContext::draining`]).
+    pub draining: bool,
     /// Live pods, oldest first.
     pub pods: Vec<u32>,
     /// ENIs freed so far.
@@ -84,6 +88,8 @@ impl Sim {
             now: START,
             last_release: None,
             first_only: false,
+            pending: 0,
+            draining: false,
             pods: Vec::new(),
             freed: Vec::new(),
             next_ip: 0,
@@ -97,6 +103,8 @@ impl Sim {
         PlanContext {
             now: self.now,
             last_release: self.last_release,
+            pending: self.pending,
+            draining: self.draining,
         }
     }
 
