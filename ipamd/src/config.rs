@@ -141,6 +141,18 @@ pub struct Config {
     /// address of 169.254.172.0/22, SNATed to the node's IPv4 address, to reach IPv4-only
     /// destinations. Always false in the other modes, where pods have a VPC IPv4 address.
     pub v4_egress: bool,
+    /// `AWS_MANAGE_ENIS_NON_SCHEDULABLE` (default false): when false, a cordoned node gets no
+    /// new ENI (as in the Go CNI) and gives back the warm addresses its pods do not use.
+    pub manage_enis_non_schedulable: bool,
+    /// `STARTUP_TAINT_MIN_IPS` (default 1): the startup taint `vpc-cni.io/agent-not-ready`
+    /// comes off the node once ipamd serves and holds this many free addresses.
+    pub startup_taint_min_ips: u32,
+    /// `PUBLISH_NODE_MAX_PODS` (default false): also write the node's real capacity into the
+    /// max pods it reports (`status.capacity.pods`), not only into its annotation.
+    pub publish_node_max_pods: bool,
+    /// `MY_POD_NAMESPACE` and `MY_POD_NAME` (downward API): the pod ipamd runs in, which
+    /// Events about ipamd itself are recorded on (else on the node).
+    pub own_pod: Option<(String, String)>,
 }
 
 /// Which VPC addresses pods get.
@@ -188,8 +200,7 @@ fn ip_family<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<IpFamily, Co
     }
 }
 
-/// Go's strconv.ParseBool spellings.
-const TRUE: &[&str] = &["true", "1", "t", "T", "TRUE", "True"];
+/// Go's strconv.ParseBool spellings of false.
 const FALSE: &[&str] = &["false", "0", "f", "F", "FALSE", "False"];
 
 /// The Go CNI's variables that ask for something ipamd does not do (IPv6 egress for IPv4
@@ -200,7 +211,6 @@ pub const IGNORED_WITH_WARNING: &[(&str, &[&str])] = &[
     ("ENABLE_V6_EGRESS", FALSE),
     ("AWS_EXTERNAL_SERVICE_CIDRS", &[]),
     ("ENABLE_POD_ENI", FALSE),
-    ("AWS_MANAGE_ENIS_NON_SCHEDULABLE", TRUE),
     ("DISABLE_NETWORK_RESOURCE_PROVISIONING", FALSE),
     ("ENABLE_IMDS_ONLY_MODE", FALSE),
     ("MANAGE_UNTAGGED_ENI", FALSE),
@@ -324,7 +334,7 @@ fn node_key(v: &str) -> Result<String, String> {
     }
 }
 
-fn whole_number(v: &str) -> Result<u32, String> {
+pub(crate) fn whole_number(v: &str) -> Result<u32, String> {
     v.parse()
         .map_err(|_| "expected a whole number of 0 or more".into())
 }
@@ -342,7 +352,7 @@ fn veth_prefix(v: &str) -> Result<String, String> {
 }
 
 /// `MAX_ENI`: values under 1 are ignored, as the Go CNI ignores them.
-fn max_eni(v: &str) -> Result<Option<u32>, String> {
+pub(crate) fn max_eni(v: &str) -> Result<Option<u32>, String> {
     match v.parse::<i64>() {
         Ok(n) if n < 1 => Ok(None),
         Ok(n) => u32::try_from(n).map(Some).map_err(|_| "too large".into()),
@@ -542,6 +552,13 @@ impl Config {
             subnet_discovery: env.boolean("ENABLE_SUBNET_DISCOVERY", true)?,
             ip_family: ip_family(&env)?,
             v4_egress: false,
+            manage_enis_non_schedulable: env.boolean("AWS_MANAGE_ENIS_NON_SCHEDULABLE", false)?,
+            startup_taint_min_ips: env.uint("STARTUP_TAINT_MIN_IPS", 1)?,
+            publish_node_max_pods: env.boolean("PUBLISH_NODE_MAX_PODS", false)?,
+            own_pod: env
+                .raw("MY_POD_NAMESPACE")
+                .zip(env.raw("MY_POD_NAME"))
+                .filter(|(ns, name)| !ns.is_empty() && !name.is_empty()),
             go_cni_checkpoint: PathBuf::from(
                 env.raw("AWS_VPC_K8S_CNI_BACKING_STORE")
                     .unwrap_or_else(|| "/var/run/aws-node/ipam.json".into()),

@@ -11,6 +11,7 @@ pub mod host;
 pub mod install;
 pub mod logging;
 mod nodenet;
+pub mod publish;
 pub mod server;
 pub mod state;
 pub mod surface;

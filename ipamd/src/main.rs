@@ -300,7 +300,9 @@ fn configure() -> anyhow::Result<Config> {
 /// client configuration (in-cluster, or `KUBECONFIG`), it is followed in the background and
 /// ipamd never waits for it; without them ipamd runs without the cluster and says so, unless
 /// custom networking needs it, which is then a startup error naming what is missing.
-async fn follow_cluster(config: &Config) -> anyhow::Result<watch::Receiver<ClusterView>> {
+async fn follow_cluster(
+    config: &Config,
+) -> anyhow::Result<(watch::Receiver<ClusterView>, Option<KubeCluster>)> {
     let without = |why: String| {
         if config.custom_networking {
             anyhow::bail!(
@@ -308,24 +310,28 @@ async fn follow_cluster(config: &Config) -> anyhow::Result<watch::Receiver<Clust
             );
         }
         info!("running without the Kubernetes API: {why}");
-        Ok(watch::channel(ClusterView::not_configured(why)).1)
+        Ok((watch::channel(ClusterView::not_configured(why)).1, None))
     };
     let Some(node) = &config.node_name else {
         return without("MY_NODE_NAME is not set".into());
     };
-    let client = match KubeCluster::connect().await {
+    let instance = config
+        .own_pod
+        .as_ref()
+        .map_or_else(|| node.clone(), |(_, pod)| pod.clone());
+    let client = match KubeCluster::connect(instance).await {
         Ok(client) => client,
         Err(e) => return without(format!("no client configuration ({e})")),
     };
     info!(node = %node, custom_networking = config.custom_networking, "following the node in the Kubernetes API");
     let (view, seen) = watch::channel(ClusterView::not_configured("starting"));
     tokio::spawn(cluster::follow(
-        client,
+        client.clone(),
         node.clone(),
         config.custom_networking,
         view,
     ));
-    Ok(seen)
+    Ok((seen, Some(client)))
 }
 
 /// Who the node is, from IMDS, retried while the metadata service throttles or is not
@@ -506,7 +512,14 @@ async fn serve(
     )
     .context("the EC2 rate limits")?
     .with_observer(Arc::new(Ec2Metrics(Arc::clone(&metrics))));
-    let cluster_view = follow_cluster(&config).await?;
+    let (cluster_view, writer) = follow_cluster(&config).await?;
+    let (events, events_rx) = match &writer {
+        Some(_) => {
+            let (tx, rx) = tokio::sync::mpsc::channel(ipamd::publish::EVENT_QUEUE);
+            (Some(tx), Some(rx))
+        }
+        None => (None, None),
+    };
     let clock = Arc::new(SystemClock);
     let (store, lost) = ipamd::state::open_state(&config.state_dir, clock.now())?;
     let store = Arc::new(store);
@@ -525,6 +538,7 @@ async fn serve(
                 metrics: Arc::clone(&metrics),
                 lost,
                 cluster: cluster_view,
+                events,
             },
         )
         .await
@@ -583,6 +597,21 @@ async fn serve(
             }
         })
     };
+
+    // Started once ipamd serves: the startup taint comes off only then.
+    let publishers = writer.map(|writer| {
+        let writer = Arc::new(writer);
+        let mut tasks = vec![tokio::spawn(ipamd::publish::publish_node(
+            Arc::clone(&writer),
+            Arc::clone(&daemon),
+            config.startup_taint_min_ips,
+            config.publish_node_max_pods,
+        ))];
+        if let Some(rx) = events_rx {
+            tasks.push(tokio::spawn(ipamd::publish::record_events(writer, rx)));
+        }
+        tasks
+    });
 
     let reconciler = {
         let daemon = Arc::clone(&daemon);
@@ -655,6 +684,9 @@ async fn serve(
     }
     controller.abort();
     reconciler.abort();
+    for task in publishers.into_iter().flatten() {
+        task.abort();
+    }
     veth_sweeper.abort();
     if let Some(task) = leak_cleaner {
         task.abort();

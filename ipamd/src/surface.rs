@@ -39,14 +39,13 @@ pub fn network_env(config: &Config) -> NetworkUtilsEnv {
     }
 }
 
-/// `/v1/ipamd-env-settings`: custom networking, ENI management on cordoned nodes and subnet
-/// discovery are features ipamd does not have, so they read false whatever the environment.
+/// `/v1/ipamd-env-settings`, as the Go CNI's.
 pub fn ipamd_env(config: &Config) -> IpamdEnv {
     IpamdEnv {
         warm_ip_target: config.warm_ip_target,
         warm_eni_target: config.warm_eni_target,
         custom_network_cfg: config.custom_networking,
-        manage_enis_non_schedulable: false,
+        manage_enis_non_schedulable: config.manage_enis_non_schedulable,
         subnet_discovery: config.subnet_discovery,
     }
 }

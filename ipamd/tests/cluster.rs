@@ -51,6 +51,7 @@ fn seen(name: &str, configs: EniConfigs) -> ClusterView {
         }),
         eni_configs: Some(configs),
         eni_configs_error: None,
+        pods: None,
     }
 }
 
@@ -81,6 +82,11 @@ async fn custom_networking_puts_enis_in_the_eniconfigs_subnet_and_no_pod_on_the_
     let d = node.start(&[CUSTOM]).await;
     // t3.medium: (3 ENIs - 1) x (6 - 1) + 2.
     assert_eq!(d.limits().max_pods, 12);
+    assert_eq!(
+        d.capacity(),
+        Some(10),
+        "the primary ENI's addresses are not the pods'"
+    );
     let eni = secondary(&node.ec2);
     assert_eq!(eni.subnet_id, "subnet-pods-a", "{:?}", node.ec2.calls());
     assert_eq!(eni.security_groups, ["sg-pods-a"]);
@@ -188,6 +194,7 @@ async fn without_an_api_server_custom_networking_waits_and_says_for_what() {
         node: None,
         eni_configs: None,
         eni_configs_error: None,
+        pods: None,
     });
     let d = node.start(&[CUSTOM]).await;
     d.track_waits();
@@ -227,6 +234,7 @@ async fn without_custom_networking_an_unreachable_api_server_changes_nothing() {
         node: None,
         eni_configs: None,
         eni_configs_error: None,
+        pods: None,
     });
     let d = node.start(&[]).await;
     allocate(&d, 1).await;

@@ -82,6 +82,7 @@ mod tests {
             labels: map(labels),
             annotations: map(annotations),
             unschedulable: false,
+            ..Default::default()
         }
     }
 

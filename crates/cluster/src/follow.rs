@@ -34,8 +34,8 @@ fn connected(view: &mut ClusterView) {
     view.api = ApiState::Connected;
 }
 
-/// Keeps `view` up to date: the node named `node_name` always, the ENIConfigs when
-/// `eni_configs` is set. Runs until every receiver of `view` is gone. Nothing here blocks ipamd:
+/// Keeps `view` up to date: the node named `node_name` and its pods always, the ENIConfigs
+/// when `eni_configs` is set. Runs until every receiver of `view` is gone. Nothing here blocks ipamd:
 /// the daemon reads whatever `view` holds when it decides.
 pub async fn follow<C: Cluster>(
     cluster: C,
@@ -50,6 +50,7 @@ pub async fn follow<C: Cluster>(
         };
     });
     let mut node = cluster.node(&node_name);
+    let mut pods = cluster.pods(&node_name);
     let mut configs: BoxStream<'static, _> = if eni_configs {
         cluster.eni_configs()
     } else {
@@ -69,6 +70,17 @@ pub async fn follow<C: Cluster>(
                     *v != before
                 }),
                 Some(Err(e)) => _ = view.send_if_modified(|v| failing(v, &e)),
+                None => return,
+            },
+            item = pods.next() => match item {
+                Some(Ok(all)) => _ = view.send_if_modified(|v| {
+                    let changed = v.pods.as_ref() != Some(&all);
+                    v.pods = Some(all);
+                    changed
+                }),
+                // Pods only size growth ahead of their ADDs: without them ipamd grows as ADDs
+                // come, so a failing watch is logged by the node's watch alone.
+                Some(Err(e)) => tracing::debug!(error = %e, "the node's pods cannot be listed"),
                 None => return,
             },
             item = configs.next() => match item {
@@ -146,6 +158,14 @@ mod tests {
                 None => stream::pending().boxed(),
             }
         }
+        fn pods(&self, _: &str) -> BoxStream<'static, Result<Vec<crate::PodFacts>, ClusterError>> {
+            stream::iter([Ok(vec![crate::PodFacts {
+                name: "p".into(),
+                ..Default::default()
+            }])])
+            .chain(stream::pending())
+            .boxed()
+        }
         fn eni_configs(&self) -> BoxStream<'static, ConfigItem> {
             self.configs_asked.store(true, Ordering::SeqCst);
             match self.configs.lock().unwrap().take() {
@@ -174,8 +194,15 @@ mod tests {
         assert_eq!(rx.borrow().node_name.as_deref(), Some("n1"));
 
         node_tx.send(Ok(Some(node("n1")))).unwrap();
-        rx.wait_for(|v| v.node.is_some()).await.unwrap();
+        rx.wait_for(|v| v.node.is_some() && v.pods.is_some())
+            .await
+            .unwrap();
         assert_eq!(rx.borrow().api, ApiState::Connected);
+        assert_eq!(
+            rx.borrow().pods.as_ref().map(Vec::len),
+            Some(1),
+            "the node's pods are followed"
+        );
 
         let configs: EniConfigs = BTreeMap::from([(
             "default".to_string(),

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use crate::{EniConfigKeys, EniConfigSpec, NodeFacts, eni_config_name};
+use crate::{EniConfigKeys, EniConfigSpec, NodeFacts, PodFacts, eni_config_name};
 
 /// Every ENIConfig by name: its spec, or why it cannot be used.
 pub type EniConfigs = BTreeMap<String, Result<EniConfigSpec, String>>;
@@ -42,6 +42,8 @@ pub struct ClusterView {
     pub eni_configs: Option<EniConfigs>,
     /// Why the ENIConfigs cannot be listed now, if they cannot (the CRD is not installed, say).
     pub eni_configs_error: Option<String>,
+    /// The pods bound to the node, once listed.
+    pub pods: Option<Vec<PodFacts>>,
 }
 
 impl ClusterView {
@@ -53,6 +55,7 @@ impl ClusterView {
             node: None,
             eni_configs: None,
             eni_configs_error: None,
+            pods: None,
         }
     }
 

@@ -400,6 +400,13 @@ pub struct PoolStatus {
     /// The Kubernetes cluster as ipamd sees it.
     #[serde(rename = "Cluster")]
     pub cluster: ClusterStatus,
+    /// Pods bound to the node that hold no address yet: the pool grows for them ahead of
+    /// their ADDs.
+    #[serde(rename = "PendingPods", default)]
+    pub pending_pods: u32,
+    /// The node is cordoned: no new ENI, and warm addresses are given back.
+    #[serde(rename = "Draining", default)]
+    pub draining: bool,
 }
 
 /// Address counts.
@@ -591,6 +598,8 @@ pub fn pool_status(view: &PoolView) -> PoolStatus {
         planned_actions,
         reason: explained.reason.to_string(),
         cluster: view.cluster.clone(),
+        pending_pods: view.pending,
+        draining: view.draining,
     }
 }
 

@@ -35,6 +35,10 @@ pub struct PoolView {
     pub targets: Targets,
     /// When ipamd last gave addresses back (for the release interval).
     pub last_release: Option<Timestamp>,
+    /// Pods bound to the node that hold no address yet.
+    pub pending: u32,
+    /// The node is cordoned and its pool drains.
+    pub draining: bool,
     /// Growth is paused until then after EC2 refused (backoff), if it is.
     pub growth_paused_until: Option<Timestamp>,
     /// Why growth last failed, if it did.
@@ -57,6 +61,8 @@ impl PoolView {
             pool::PlanContext {
                 now: self.now,
                 last_release: self.last_release,
+                pending: self.pending,
+                draining: self.draining,
             },
         )
     }

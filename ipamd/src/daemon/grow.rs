@@ -43,8 +43,13 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         let ctx = PlanContext {
             now,
             last_release: lock(&self.growth).last_release,
+            pending: self.pending_pods(),
+            draining: self.draining(),
         };
-        pool::plan(&lock(&self.pool), &self.limits(), &self.node.targets, ctx)
+        // Read before the pool's lock: each reads the cluster's view, which is never read
+        // under that lock.
+        let (limits, targets) = (self.limits(), self.targets());
+        pool::plan(&lock(&self.pool), &limits, &targets, ctx)
     }
 
     /// One round of the controller: plans and carries out what the pool needs from EC2,

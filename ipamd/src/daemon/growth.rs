@@ -211,6 +211,23 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
 
     /// An EC2 call of a growth step failed.
     pub(super) fn ec2_failed(&self, doing: impl Into<String>, source: CloudError) {
+        if source.kind == CloudErrorKind::Unauthorized
+            && let Some(regarding) = self.own_object()
+        {
+            // As the Go CNI does, on ipamd's own pod.
+            self.emit(cluster::ClusterEvent {
+                regarding,
+                kind: cluster::EventKind::Warning,
+                reason: "MissingIAMPermissions".into(),
+                action: source.api.clone(),
+                note: format!(
+                    "Unauthorized operation: failed to call {} due to missing permissions. \
+                     Please refer to https://github.com/aws/amazon-vpc-cni-k8s/blob/master/docs/iam-policy.md \
+                     to attach relevant policy to IAM role ({source})",
+                    source.api
+                ),
+            });
+        }
         self.growth_failed(GrowthFailure::Ec2 {
             doing: doing.into(),
             source,
@@ -245,12 +262,13 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         if plan.actions.iter().any(Action::is_growth) {
             return Ok(());
         }
-        Err(NoGrowth::AtTargets(self.node.targets))
+        Err(NoGrowth::AtTargets(self.targets()))
     }
 
     /// The cluster's configuration changed: a pause caused by where ENIs go ends now, so the
     /// next round tries the new configuration at once.
     pub fn cluster_changed(&self) {
+        self.report_rejected_settings();
         let mut growth = lock(&self.growth);
         if growth
             .last_error

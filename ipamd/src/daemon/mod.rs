@@ -8,17 +8,20 @@ mod grow;
 mod growth;
 mod leaks;
 mod migrate;
+mod overrides;
 mod placement;
 mod reconcile;
 mod recover;
 mod requests;
 mod shrink;
+mod steer;
 mod v6;
 mod veths;
 mod waits;
 
 pub use eni::{TAG_CLUSTER, TAG_CREATED_AT, TAG_INSTANCE_ID};
 pub use leaks::{LeakReport, MAX_START_JITTER, MIN_LEAK_AGE};
+pub use overrides::{KEYS as NODE_SETTING_KEYS, PREFIX as NODE_SETTING_PREFIX};
 pub use placement::{NoPlacement, Placement, SUBNET_CLUSTER_TAG_PREFIX, SUBNET_ROLE_TAG};
 pub use recover::{LostState, RECOVERED_NETWORK};
 pub use veths::VETH_GRACE;
@@ -118,6 +121,10 @@ pub struct Node {
     pub subnet_discovery: bool,
     /// ENABLE_IPv4 and ENABLE_IPv6.
     pub ip_family: IpFamily,
+    /// AWS_MANAGE_ENIS_NON_SCHEDULABLE.
+    pub manage_enis_non_schedulable: bool,
+    /// The pod ipamd runs in (namespace, name), when it knows.
+    pub own_pod: Option<(String, String)>,
 }
 
 /// The running daemon, generic over its seams: EC2, IMDS, the node's network and the store.
@@ -127,7 +134,8 @@ pub struct Daemon<E, I, H, S> {
     host: H,
     clock: Arc<dyn Clock>,
     node: Node,
-    /// The planning limits; ENIs ipamd does not manage take ENI slots, so this changes.
+    /// The planning limits before the node's MAX_ENI and the ENIs ipamd does not manage
+    /// ([`Daemon::limits`] applies both).
     limits: Mutex<NodeLimits>,
     /// The primary ENI's security groups, which new ENIs get.
     security_groups: Mutex<Vec<String>>,
@@ -158,6 +166,10 @@ pub struct Daemon<E, I, H, S> {
     /// Bumped whenever addresses join the pool: ADDs waiting for growth watch it.
     grown: tokio::sync::watch::Sender<u64>,
     metrics: Arc<Metrics>,
+    /// Where Events go (recorded in the cluster by the caller), if anywhere.
+    events: Option<tokio::sync::mpsc::Sender<cluster::ClusterEvent>>,
+    /// The node settings last rejected, so each is reported once.
+    rejected: Mutex<Vec<overrides::Rejected>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -208,6 +220,8 @@ pub struct Parts<E, I, H, S> {
     /// The cluster as ipamd sees it, kept current by the caller (`cluster::follow` in
     /// production; a test sends views).
     pub cluster: tokio::sync::watch::Receiver<cluster::ClusterView>,
+    /// Where the daemon's Events go; the caller records them in the cluster.
+    pub events: Option<tokio::sync::mpsc::Sender<cluster::ClusterEvent>>,
 }
 
 /// The pool's targets from the configuration. Prefix delegation needs Nitro or bare metal;
@@ -277,6 +291,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             metrics,
             lost,
             cluster,
+            events,
         } = parts;
         let instance = instance_limits(&ec2, &identity.instance_type).await?;
         let targets = targets(config, &instance, &identity.instance_type);
@@ -334,6 +349,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 eni_config_keys: config.eni_config_keys.clone(),
                 subnet_discovery: config.subnet_discovery,
                 ip_family: config.ip_family,
+                manage_enis_non_schedulable: config.manage_enis_non_schedulable,
+                own_pod: config.own_pod.clone(),
             },
             limits: Mutex::new(limits),
             security_groups: Mutex::new(Vec::new()),
@@ -352,6 +369,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             idle_veths: Mutex::new(Default::default()),
             grown: tokio::sync::watch::Sender::new(0),
             metrics,
+            events,
+            rejected: Mutex::new(Vec::new()),
         };
         daemon
             .persist(|_| Ok::<_, PersistError>(((), fixes)))
@@ -394,11 +413,6 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         self.cluster.clone()
     }
 
-    /// The limits the pool plans with now.
-    pub fn limits(&self) -> NodeLimits {
-        *lock(&self.limits)
-    }
-
     /// A snapshot of the pool (for tests).
     pub fn pool_snapshot(&self) -> Pool {
         lock(&self.pool).clone()
@@ -414,12 +428,16 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         let now = self.clock.now();
         let ready = self.not_ready(now).is_none();
         let growth = lock(&self.growth).clone();
+        let (limits, targets) = (self.limits(), self.targets());
+        let (pending, draining) = (self.pending_pods(), self.draining());
         PoolView {
             pool: lock(&self.pool).clone(),
             now,
-            limits: self.limits(),
-            targets: self.node.targets,
+            limits,
+            targets,
             last_release: growth.last_release,
+            pending,
+            draining,
             growth_paused_until: growth.paused_until.filter(|u| now < *u),
             last_error: growth.last_error.map(|e| e.to_string()),
             ready,

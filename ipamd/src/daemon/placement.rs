@@ -370,6 +370,7 @@ mod tests {
             node,
             eni_configs: configs,
             eni_configs_error: None,
+            pods: None,
         }
     }
 

@@ -82,13 +82,13 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                     if let Shortage::V4(_) = e
                         && self.can_grow(now).is_err()
                     {
-                        return Err(self.no_address(&key, e, now));
+                        return Err(self.no_address(&key, &r.pod, e, now));
                     }
                     match tokio::time::timeout_at(deadline, grown.changed()).await {
                         Ok(Ok(())) => {
                             debug!(attachment = %key, "addresses arrived; assigning again")
                         }
-                        _ => return Err(self.no_address(&key, e, self.clock.now())),
+                        _ => return Err(self.no_address(&key, &r.pod, e, self.clock.now())),
                     }
                 }
             }
@@ -157,9 +157,17 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         (Ok(Held { v4, v6 }), muts)
     }
 
-    fn no_address(&self, key: &pool::AttachmentKey, e: Shortage, now: Timestamp) -> DaemonError {
+    fn no_address(
+        &self,
+        key: &pool::AttachmentKey,
+        pod: &proto::PodMeta,
+        e: Shortage,
+        now: Timestamp,
+    ) -> DaemonError {
         self.kick.notify_one();
-        let growth = match (&e, self.can_grow(now)) {
+        let can_grow = self.can_grow(now);
+        let cause = cause(&e, &can_grow, self.last_growth_error().as_deref());
+        let growth = match (&e, can_grow) {
             (Shortage::V6(_), _) => match self.last_growth_error() {
                 Some(last) => format!("last attempt: {last}"),
                 None => "ipamd is asking EC2 for one, retry shortly".to_string(),
@@ -173,6 +181,27 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         self.metrics.no_available_ip();
         let message = format!("no address for {key}: {e}; {growth}");
         warn!("{message}");
+        if !pod.name.is_empty() {
+            let limit = match cause {
+                "EniLimit" => format!(
+                    " (ENI limit {} of {})",
+                    self.limits().max_enis,
+                    self.node.identity.instance_type
+                ),
+                _ => String::new(),
+            };
+            self.emit(cluster::ClusterEvent {
+                regarding: cluster::Regarding::Pod {
+                    namespace: pod.namespace.clone(),
+                    name: pod.name.clone(),
+                    uid: self.pod_uid(&pod.namespace, &pod.name, &pod.uid),
+                },
+                kind: cluster::EventKind::Warning,
+                reason: "FailedAssignIP".into(),
+                action: cause.into(),
+                note: format!("{e}; {growth}{limit}"),
+            });
+        }
         DaemonError::new(ErrorKind::NoAddresses, message)
     }
 
@@ -347,5 +376,41 @@ impl std::fmt::Display for Shortage {
             Shortage::V4(e) => write!(f, "{e}"),
             Shortage::V6(e) => write!(f, "{e}"),
         }
+    }
+}
+
+/// The cause of an ADD that found no address, as the action of its Event: one Event per
+/// cause, so a pod's events say what changed.
+fn cause(
+    e: &Shortage,
+    growth: &Result<(), super::growth::NoGrowth>,
+    last: Option<&super::growth::GrowthFailure>,
+) -> &'static str {
+    use super::growth::NoGrowth;
+    match (e, growth) {
+        (Shortage::V4(AssignError::AllCooling { .. }), _) => "AddressesCooling",
+        (_, Err(NoGrowth::Blocked(pool::Blocked::MaxEnis { .. }))) => "EniLimit",
+        (_, Err(NoGrowth::Blocked(pool::Blocked::MaxPods { .. }))) => "MaxPods",
+        (_, Err(NoGrowth::Blocked(pool::Blocked::Cordoned { .. }))) => "NodeCordoned",
+        (_, Err(NoGrowth::Placement(_))) => "NoSubnetForEni",
+        (_, Err(NoGrowth::AtTargets(_))) => "AtTargets",
+        (_, Err(NoGrowth::Paused { cause, .. })) => failure(cause.as_deref(), "GrowthPaused"),
+        (_, Ok(())) => failure(last, "PoolGrowing"),
+    }
+}
+
+/// The cause a growth failure names, else `otherwise`.
+fn failure(f: Option<&super::growth::GrowthFailure>, otherwise: &'static str) -> &'static str {
+    use super::growth::GrowthFailure;
+    use cloud::CloudErrorKind;
+    match f {
+        Some(GrowthFailure::Ec2 { source, .. }) => match source.kind {
+            CloudErrorKind::SubnetFull => "SubnetExhausted",
+            CloudErrorKind::Throttled | CloudErrorKind::Overloaded => "Ec2Throttling",
+            CloudErrorKind::Unauthorized => "MissingIAMPermissions",
+            _ => "Ec2Error",
+        },
+        Some(GrowthFailure::Placement(_)) => "NoSubnetForEni",
+        _ => otherwise,
     }
 }

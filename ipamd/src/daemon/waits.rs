@@ -182,6 +182,7 @@ mod tests {
                     .collect()
             }),
             eni_configs_error: None,
+            pods: None,
         }
     }
 

@@ -128,12 +128,18 @@ pub struct Node {
     pub host: Arc<RecordingHost>,
     /// The cluster as the daemon sees it: a test sends views (there is no API server).
     pub cluster: tokio::sync::watch::Sender<cluster::ClusterView>,
+    /// The Events the daemon records.
+    pub events: std::sync::Mutex<tokio::sync::mpsc::Receiver<cluster::ClusterEvent>>,
+    events_tx: tokio::sync::mpsc::Sender<cluster::ClusterEvent>,
 }
 
 impl Node {
     /// The node with its clock at `ms`.
     pub fn at(ms: u64) -> Node {
+        let (events_tx, events) = tokio::sync::mpsc::channel(64);
         Node {
+            events: std::sync::Mutex::new(events),
+            events_tx,
             dir: tempfile::tempdir().expect("a state dir"),
             ec2: ec2(6, "10.0.0.0/24"),
             clock: ManualClock::at(ms),
@@ -163,8 +169,15 @@ impl Node {
             &self.host,
             env,
             self.cluster.subscribe(),
+            Some(self.events_tx.clone()),
         )
         .await
+    }
+
+    /// The Events recorded so far.
+    pub fn events(&self) -> Vec<cluster::ClusterEvent> {
+        let mut rx = self.events.lock().unwrap();
+        std::iter::from_fn(|| rx.try_recv().ok()).collect()
     }
 }
 
@@ -319,10 +332,11 @@ pub async fn start_with(
     env: &[(&str, &str)],
 ) -> Result<TestDaemon, ipamd::StartupError> {
     let (_, cluster) = tokio::sync::watch::channel(no_cluster());
-    start_seen(dir, ec2, clock, instance_type, host, env, cluster).await
+    start_seen(dir, ec2, clock, instance_type, host, env, cluster, None).await
 }
 
-/// [`start_with`] with the cluster as `cluster` shows it.
+/// [`start_with`] with the cluster as `cluster` shows it, Events going to `events`.
+#[allow(clippy::too_many_arguments)]
 pub async fn start_seen(
     dir: &Path,
     ec2: &Arc<FakeEc2>,
@@ -331,6 +345,7 @@ pub async fn start_seen(
     host: &Arc<RecordingHost>,
     env: &[(&str, &str)],
     cluster: tokio::sync::watch::Receiver<cluster::ClusterView>,
+    events: Option<tokio::sync::mpsc::Sender<cluster::ClusterEvent>>,
 ) -> Result<TestDaemon, ipamd::StartupError> {
     let (store, lost) = ipamd::state::open_state(&dir.join("state"), clock.now()).unwrap();
     let store = Arc::new(store);
@@ -346,6 +361,7 @@ pub async fn start_seen(
             metrics: Arc::new(Metrics::new("test").unwrap()),
             lost,
             cluster,
+            events,
         },
     )
     .await

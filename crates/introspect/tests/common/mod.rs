@@ -99,6 +99,8 @@ pub fn secondary_view() -> PoolView {
             ..Targets::default()
         },
         last_release: None,
+        pending: 0,
+        draining: false,
         growth_paused_until: None,
         last_error: None,
         ready: true,
@@ -130,6 +132,8 @@ pub fn prefix_view() -> PoolView {
             ..Targets::default()
         },
         last_release: None,
+        pending: 0,
+        draining: false,
         growth_paused_until: None,
         last_error: None,
         ready: true,

@@ -244,6 +244,8 @@ pub fn healthy() -> Facts {
         planned_actions: vec![],
         reason: "the warm pool is full".into(),
         cluster: Default::default(),
+        pending_pods: 0,
+        draining: false,
     };
     let socket = PathBuf::from("/run/vpc-cni/ipamd.sock");
     let ours = serde_json::json!({

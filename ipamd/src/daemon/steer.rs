@@ -1,0 +1,179 @@
+//! What the cluster changes in how the pool is run: the node's own settings, a cordon, the
+//! pods bound to the node that have no address yet, and what ipamd tells the cluster back
+//! (Events, the node's real capacity, readiness).
+
+use std::collections::HashSet;
+
+use cloud::{Ec2, Imds};
+use cluster::{ClusterEvent, EventKind, PodFacts, Regarding};
+use pool::{ADDRS_PER_PREFIX, NodeLimits, StateStore, Targets};
+use tracing::{debug, warn};
+
+use super::overrides::{Overrides, Rejected};
+use super::{Daemon, lock};
+use crate::host::HostNetwork;
+
+impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+    /// The node's own settings, from the latest view of it.
+    fn overrides(&self) -> Overrides {
+        self.cluster
+            .borrow()
+            .node
+            .as_ref()
+            .map(Overrides::of)
+            .unwrap_or_default()
+    }
+
+    /// The warm-pool targets in force: the environment's, with the node's over them.
+    pub fn targets(&self) -> Targets {
+        self.overrides().targets(self.node.targets)
+    }
+
+    /// The limits the pool plans with now: ENIs someone else manages take ENI slots, and the
+    /// node may lower MAX_ENI.
+    pub fn limits(&self) -> NodeLimits {
+        let unmanaged = lock(&self.unmanaged).len() as u32;
+        let max_enis = self
+            .overrides()
+            .max_enis(self.node.instance.max_enis, self.node.max_enis);
+        NodeLimits {
+            max_enis: max_enis.saturating_sub(unmanaged).max(1),
+            ..*lock(&self.limits)
+        }
+    }
+
+    /// The node is cordoned and ipamd may not manage ENIs there: no new ENI, and the warm
+    /// addresses go back.
+    pub fn draining(&self) -> bool {
+        !self.node.manage_enis_non_schedulable
+            && self
+                .cluster
+                .borrow()
+                .node
+                .as_ref()
+                .is_some_and(|n| n.unschedulable)
+    }
+
+    /// Pods bound to the node that will ask for an address and hold none yet.
+    pub fn pending_pods(&self) -> u32 {
+        let Some(pods) = self.cluster.borrow().pods.clone() else {
+            return 0;
+        };
+        let pool = lock(&self.pool);
+        let held: HashSet<(String, String)> = pool
+            .allocations()
+            .into_iter()
+            .map(|a| (a.pod.namespace, a.pod.name))
+            .collect();
+        pods.iter()
+            .filter(|p| p.wants_address() && !held.contains(&(p.namespace.clone(), p.name.clone())))
+            .count() as u32
+    }
+
+    /// How many pods the node can give an address to: every ENI it may hold (fewer those
+    /// someone else manages, and the primary under custom networking), each slot an address
+    /// or a /28. `None` in IPv6 mode, where a /80 leaves no limit to publish.
+    pub fn capacity(&self) -> Option<u32> {
+        if !self.node.ip_family.has_v4() {
+            return None;
+        }
+        let limits = self.limits();
+        let enis = limits
+            .max_enis
+            .saturating_sub(u32::from(self.node.custom_networking));
+        let per_slot = if self.node.targets.prefix_delegation {
+            ADDRS_PER_PREFIX
+        } else {
+            1
+        };
+        Some(
+            enis.saturating_mul(limits.secondary_ips_per_eni)
+                .saturating_mul(per_slot),
+        )
+    }
+
+    /// Addresses a pod could be given now (in IPv6 mode, whether a /80 is delegated).
+    pub fn free_addresses(&self) -> u32 {
+        let now = self.clock.now();
+        let pool = lock(&self.pool);
+        if self.node.ip_family.has_v4() {
+            pool.counts(now).available
+        } else if pool.v6().counts(now).prefixes > 0 {
+            u32::MAX
+        } else {
+            0
+        }
+    }
+
+    /// Hands an Event to whoever records them; dropped, with a log line, when nobody does or
+    /// the queue is full (the API server is away and Events pile up).
+    pub(super) fn emit(&self, event: ClusterEvent) {
+        let Some(events) = &self.events else {
+            return;
+        };
+        if let Err(e) = events.try_send(event) {
+            debug!(error = %e, "an Event was not queued");
+        }
+    }
+
+    /// The object Events about ipamd itself go to: its pod, else its node.
+    pub(super) fn own_object(&self) -> Option<Regarding> {
+        if let Some((namespace, name)) = &self.node.own_pod {
+            return Some(Regarding::Pod {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                uid: String::new(),
+            });
+        }
+        self.cluster
+            .borrow()
+            .node_name
+            .clone()
+            .map(|name| Regarding::Node { name })
+    }
+
+    /// A pod's uid, from the ADD when the runtime passed it, else from the pods ipamd follows.
+    pub(super) fn pod_uid(&self, namespace: &str, name: &str, given: &str) -> String {
+        if !given.is_empty() {
+            return given.to_string();
+        }
+        let view = self.cluster.borrow();
+        view.pods
+            .iter()
+            .flatten()
+            .find(|p: &&PodFacts| p.namespace == namespace && p.name == name)
+            .map(|p| p.uid.clone())
+            .unwrap_or_default()
+    }
+
+    /// Tells the node's owner, once per value, which of its settings were not taken.
+    pub(super) fn report_rejected_settings(&self) {
+        let rejected = self.overrides().rejected;
+        let new: Vec<Rejected> = {
+            let mut seen = lock(&self.rejected);
+            let new = rejected
+                .iter()
+                .filter(|r| !seen.contains(r))
+                .cloned()
+                .collect();
+            *seen = rejected;
+            new
+        };
+        let Some(node) = self.cluster.borrow().node_name.clone() else {
+            return;
+        };
+        for r in new {
+            warn!(key = %r.key, value = %r.value, problem = %r.problem, "a node setting was not taken; the environment's value stays");
+            self.emit(ClusterEvent {
+                regarding: Regarding::Node { name: node.clone() },
+                kind: EventKind::Warning,
+                reason: "InvalidSetting".into(),
+                action: r.key.replace(super::overrides::PREFIX, ""),
+                note: format!(
+                    "{}={:?} was not taken ({}); the environment's value stays",
+                    r.key, r.value, r.problem
+                ),
+            });
+        }
+    }
+}
