@@ -30,6 +30,10 @@ pub const EVENT_QUEUE: usize = 256;
 /// changing).
 const NODE_PERIOD: Duration = Duration::from_secs(2);
 
+/// How long to wait after the API server refused a change to the node (RBAC, say), so a
+/// fleet of nodes does not retry a refused patch every [`NODE_PERIOD`].
+const NODE_RETRY: Duration = Duration::from_secs(30);
+
 /// What the node should show.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Desired {
@@ -107,6 +111,7 @@ pub async fn publish_node<W, E, I, H, S>(
     let mut view = daemon.cluster_view();
     let mut last_error = None;
     loop {
+        let mut refused = false;
         let node = view.borrow_and_update().node.clone();
         if let Some(node) = node {
             let desired = Desired {
@@ -131,12 +136,17 @@ pub async fn publish_node<W, E, I, H, S>(
                     Err(e) => {
                         let text = e.to_string();
                         if last_error.as_ref() != Some(&text) {
-                            warn!(error = %text, "could not update the node");
+                            warn!(error = %text, "could not update the node; retrying in {}s", NODE_RETRY.as_secs());
                         }
                         last_error = Some(text);
+                        refused = true;
                     }
                 }
             }
+        }
+        if refused {
+            tokio::time::sleep(NODE_RETRY).await;
+            continue;
         }
         tokio::select! {
             changed = view.changed() => if changed.is_err() { return },

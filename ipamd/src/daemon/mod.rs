@@ -136,7 +136,7 @@ pub struct Daemon<E, I, H, S> {
     node: Node,
     /// The planning limits before the node's MAX_ENI and the ENIs ipamd does not manage
     /// ([`Daemon::limits`] applies both).
-    limits: Mutex<NodeLimits>,
+    base_limits: NodeLimits,
     /// The primary ENI's security groups, which new ENIs get.
     security_groups: Mutex<Vec<String>>,
     /// Attached ENIs ipamd does not manage, as EC2 last listed them.
@@ -352,7 +352,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 manage_enis_non_schedulable: config.manage_enis_non_schedulable,
                 own_pod: config.own_pod.clone(),
             },
-            limits: Mutex::new(limits),
+            base_limits: limits,
             security_groups: Mutex::new(Vec::new()),
             unmanaged: Mutex::new(BTreeSet::new()),
             pool: Mutex::new(pool),

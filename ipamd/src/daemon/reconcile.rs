@@ -105,13 +105,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         let (ours, unmanaged): (Vec<&NetworkInterface>, Vec<&NetworkInterface>) = attached
             .iter()
             .partition(|e| &e.id == primary_id || is_ours(e, &id.instance_id));
+        // ENIs someone else manages still take slots on the instance (`Daemon::limits`).
         *lock(&self.unmanaged) = unmanaged.iter().map(|e| e.id.clone()).collect();
-        // ENIs someone else manages still take slots on the instance.
-        lock(&self.limits).max_enis = self
-            .node
-            .max_enis
-            .saturating_sub(unmanaged.len() as u32)
-            .max(1);
 
         // ENIs the pool holds that the instance no longer has: out before anything is set up,
         // so that tearing one down cannot undo the setup of its successor at the same index.

@@ -38,7 +38,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             .max_enis(self.node.instance.max_enis, self.node.max_enis);
         NodeLimits {
             max_enis: max_enis.saturating_sub(unmanaged).max(1),
-            ..*lock(&self.limits)
+            ..self.base_limits
         }
     }
 
@@ -54,8 +54,12 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 .is_some_and(|n| n.unschedulable)
     }
 
-    /// Pods bound to the node that will ask for an address and hold none yet.
+    /// Pods bound to the node that will ask for an address and hold none yet (IPv4: the only
+    /// pool that grows by demand).
     pub fn pending_pods(&self) -> u32 {
+        if !self.node.ip_family.has_v4() {
+            return 0;
+        }
         let Some(pods) = self.cluster.borrow().pods.clone() else {
             return 0;
         };
