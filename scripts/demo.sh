@@ -58,6 +58,11 @@ demo_kube() {
   echo
   echo "== kubectl get nodes -o wide"
   k get nodes -o wide | sed 's/^/   /'
+  echo
+  echo "== How many pods each node can address, as ipamd publishes it (annotation vpc-cni.io/max-pods)"
+  wait_for 30 all_published || die "ipamd did not publish vpc-cni.io/max-pods on every node"
+  k get nodes -o 'custom-columns=NODE:.metadata.name,VPC-CNI.IO/MAX-PODS:.metadata.annotations.vpc-cni\.io/max-pods' \
+    | sed 's/^/   /'
 
   echo
   echo "== kubectl create deployment web --replicas=$((NODES * PODS_PER_NODE)): kubelet -> containerd -> vpc-cni -> ipamd"
@@ -99,6 +104,15 @@ demo_kube() {
   [ $lost -eq 0 ] || die "$lost pings lost"
 
   echo
+  echo "== A node's own warm target: kubectl annotate node $(node_field 1 k8s_node) vpc-cni.io/WARM_IP_TARGET=3"
+  k annotate --overwrite node "$(node_field 1 k8s_node)" vpc-cni.io/WARM_IP_TARGET=3 >/dev/null
+  wait_for 30 targets_are 1 3 || die "node 1's ipamd did not take WARM_IP_TARGET=3"
+  for n in $(seq $NODES); do
+    echo "   ipamd node $n   $(pool "$n" | jq -c .Targets)"
+  done
+  k annotate node "$(node_field 1 k8s_node)" vpc-cni.io/WARM_IP_TARGET- >/dev/null
+
+  echo
   echo "== kubectl scale deployment web --replicas=0: every address released"
   k scale deployment web --replicas=0 >/dev/null
   wait_for 180 no_pods || die "pods left: $(k get pods -l app=web --no-headers)"
@@ -129,6 +143,11 @@ demo_kube() {
 no_pods() { [ -z "$(k get pods -l app=web --no-headers 2>/dev/null)" ]; }
 ipamd_holds_none() {
   [ "$(ip netns exec "$(node_field "$1" netns)" curl -sS --max-time 5 http://127.0.0.1:61679/v1/pods | jq length)" -eq 0 ]
+}
+pool() { ip netns exec "$(node_field "$1" netns)" curl -sS --max-time 5 http://127.0.0.1:61679/v1/pool; }
+targets_are() { [ "$(pool "$1" | jq .Targets.WARM_IP_TARGET)" = "$2" ]; } # node warm_ip
+all_published() {
+  [ "$(k get nodes -o json | jq '[.items[] | select(.metadata.annotations["vpc-cni.io/max-pods"] == null)] | length')" -eq 0 ]
 }
 
 # Runs the plugin inside node $1's namespace for pod $2, as that node's runtime would.

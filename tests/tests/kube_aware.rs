@@ -1,5 +1,6 @@
 //! ipamd working with the scheduler, on kube-in-a-box driven with kubectl: the node's real pod
-//! capacity published on it (secondary addresses, a node MAX_ENI, prefix delegation); a
+//! capacity published on it (secondary addresses, a node MAX_ENI, prefix delegation, custom
+//! networking, and as the node's max pods when opted in); a
 //! node-level WARM_IP_TARGET converged to and its removal restoring the default; an invalid
 //! node value refused with an Event; a burst of 40 pods met by few EC2 calls with no ADD
 //! failing; a cordon giving back the warm surplus and an uncordon bringing it back; a pod
@@ -313,4 +314,26 @@ fn ipamd_works_with_the_scheduler() {
     b.restart_ipamd_with(&["ENABLE_PREFIX_DELEGATION=true"]);
     b.wait_capacity(ENIS * SLOTS * 16);
     eprintln!("capacity (prefix delegation): {}", ENIS * SLOTS * 16);
+
+    // Custom networking leaves the primary ENI's slots out; opted in, the count also becomes
+    // the max pods the node reports (the kubelet writes its own back at each status update,
+    // and ipamd its own again).
+    b.restart_ipamd_with(&[
+        "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true",
+        "PUBLISH_NODE_MAX_PODS=true",
+    ]);
+    let custom = (ENIS - 1) * SLOTS * 16;
+    b.wait_capacity(custom);
+    b.wait(SEEN, "the node's max pods", || {
+        let status = b.node_json()["status"].clone();
+        let shown = [&status["capacity"]["pods"], &status["allocatable"]["pods"]];
+        if shown.iter().all(|p| **p == json!(custom.to_string())) {
+            Ok(())
+        } else {
+            Err(format!("capacity and allocatable pods {shown:?}"))
+        }
+    });
+    eprintln!(
+        "capacity (custom networking, prefix delegation): {custom}, also the node's max pods"
+    );
 }
