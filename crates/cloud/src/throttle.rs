@@ -46,12 +46,17 @@ pub enum ThrottleConfigError {
     Attempts,
 }
 
+/// The slowest a bucket refills after EC2 throttled its API: one call every 50 s.
+pub const MIN_RATE: f64 = 0.02;
+
 /// A token bucket: `capacity` calls at once, refilled at `per_second`. Calls beyond the tokens
 /// queue, each told the moment its token will exist, up to `max_queue` of them.
 #[derive(Clone, Debug)]
 pub struct TokenBucket {
     capacity: f64,
+    /// The refill rate now: `max_rate`, or less after EC2 throttled ([`TokenBucket::throttled`]).
     per_second: f64,
+    max_rate: f64,
     max_queue: f64,
     tokens: f64,
     last: Duration,
@@ -77,19 +82,45 @@ impl TokenBucket {
         Ok(TokenBucket {
             capacity: f64::from(capacity),
             per_second,
+            max_rate: per_second,
             max_queue: f64::from(max_queue),
             tokens: f64::from(capacity),
             last: Duration::ZERO,
         })
     }
 
+    /// EC2 refused a call for the account's rate (`RequestLimitExceeded`): the rate halves,
+    /// down to [`MIN_RATE`], and the tokens left are dropped, so the node's next calls spread
+    /// out. Every node of a busy account does the same, and together they fall under what the
+    /// account allows instead of each retrying at its own full rate (additive increase,
+    /// multiplicative decrease, as TCP shares a link).
+    pub fn throttled(&mut self, now: Duration) {
+        self.refill(now);
+        self.per_second = (self.per_second / 2.0).max(MIN_RATE.min(self.max_rate));
+        self.tokens = self.tokens.min(0.0);
+    }
+
+    /// A call went through: the rate climbs back by a tenth of the configured one, up to it.
+    pub fn succeeded(&mut self) {
+        self.per_second = (self.per_second + self.max_rate / 10.0).min(self.max_rate);
+    }
+
+    /// The refill rate now.
+    pub fn rate(&self) -> f64 {
+        self.per_second
+    }
+
+    fn refill(&mut self, now: Duration) {
+        let elapsed = now.saturating_sub(self.last).as_secs_f64();
+        self.last = self.last.max(now);
+        self.tokens = (self.tokens + elapsed * self.per_second).min(self.capacity);
+    }
+
     /// Takes a token at `now` (time since any fixed origin, never going back) and returns how
     /// long the caller must wait before using it (zero when one was available), or `None`
     /// without taking one when `max_queue` callers are already waiting.
     pub fn take(&mut self, now: Duration) -> Option<Duration> {
-        let elapsed = now.saturating_sub(self.last).as_secs_f64();
-        self.last = self.last.max(now);
-        self.tokens = (self.tokens + elapsed * self.per_second).min(self.capacity);
+        self.refill(now);
         if self.tokens - 1.0 < -self.max_queue {
             return None;
         }
@@ -256,6 +287,20 @@ impl<E: Ec2> Throttled<E> {
         self.token(api).await?;
         let started = Instant::now();
         let result = f().await;
+        if let Some(bucket) = self
+            .buckets
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(api)
+        {
+            match &result {
+                Err(e) if e.kind == CloudErrorKind::Throttled => {
+                    bucket.throttled(self.origin.elapsed())
+                }
+                Err(_) => {}
+                Ok(_) => bucket.succeeded(),
+            }
+        }
         if let Some(observer) = &self.observer {
             observer.observe(api, started.elapsed(), result.as_ref().err());
         }
@@ -469,6 +514,26 @@ mod tests {
         assert_eq!(b.take(ms(60_000)), Some(Duration::ZERO));
         assert_eq!(b.take(ms(60_000)), Some(Duration::ZERO));
         assert!(b.take(ms(60_000)).is_some_and(|w| w > Duration::ZERO));
+    }
+
+    #[test]
+    fn throttling_halves_the_rate_and_successes_bring_it_back() {
+        let mut b = TokenBucket::new("t", 2, 2.0, 8).unwrap();
+        assert_eq!(b.take(ms(0)), Some(Duration::ZERO));
+        b.throttled(ms(0));
+        assert_eq!(b.rate(), 1.0);
+        assert_eq!(b.take(ms(0)), Some(ms(1000)), "the token left is dropped");
+        for _ in 0..20 {
+            b.throttled(ms(0));
+        }
+        assert_eq!(b.rate(), MIN_RATE, "never below the floor");
+        for _ in 0..9 {
+            b.succeeded();
+        }
+        assert!((b.rate() - (MIN_RATE + 1.8)).abs() < 1e-9, "{}", b.rate());
+        b.succeeded();
+        b.succeeded();
+        assert_eq!(b.rate(), 2.0, "never above the configured rate");
     }
 
     #[test]
