@@ -624,6 +624,19 @@ async fn serve(
         })
     };
 
+    let scarcity = {
+        let daemon = Arc::clone(&daemon);
+        tokio::spawn(async move {
+            loop {
+                // Spread over half a period either way, so a fleet does not ask at once.
+                let fraction = f64::from(getrandom::u32().unwrap_or(0)) / f64::from(u32::MAX);
+                let period = ipamd::daemon::SCARCITY_CHECK_PERIOD;
+                tokio::time::sleep(period.mul_f64(0.5 + fraction)).await;
+                daemon.check_subnet_scarcity().await;
+            }
+        })
+    };
+
     let veth_sweeper = {
         let daemon = Arc::clone(&daemon);
         tokio::spawn(async move {
@@ -684,6 +697,7 @@ async fn serve(
     }
     controller.abort();
     reconciler.abort();
+    scarcity.abort();
     for task in publishers.into_iter().flatten() {
         task.abort();
     }

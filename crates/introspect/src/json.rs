@@ -407,6 +407,9 @@ pub struct PoolStatus {
     /// The node is cordoned: no new ENI, and warm addresses are given back.
     #[serde(rename = "Draining", default)]
     pub draining: bool,
+    /// Subnet-scarcity mode: one warm address, idle ones given back.
+    #[serde(rename = "SubnetScarce", default)]
+    pub subnet_scarce: bool,
 }
 
 /// Address counts.
@@ -600,6 +603,7 @@ pub fn pool_status(view: &PoolView) -> PoolStatus {
         cluster: view.cluster.clone(),
         pending_pods: view.pending,
         draining: view.draining,
+        subnet_scarce: view.scarce,
     }
 }
 

@@ -39,6 +39,8 @@ pub struct PoolView {
     pub pending: u32,
     /// The node is cordoned and its pool drains.
     pub draining: bool,
+    /// A subnet the node draws on is scarce (subnet-scarcity mode).
+    pub scarce: bool,
     /// Growth is paused until then after EC2 refused (backoff), if it is.
     pub growth_paused_until: Option<Timestamp>,
     /// Why growth last failed, if it did.
@@ -63,6 +65,7 @@ impl PoolView {
                 last_release: self.last_release,
                 pending: self.pending,
                 draining: self.draining,
+                scarce: self.scarce,
             },
         )
     }

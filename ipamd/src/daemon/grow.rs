@@ -45,6 +45,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             last_release: lock(&self.growth).last_release,
             pending: self.pending_pods(),
             draining: self.draining(),
+            scarce: self.subnet_scarce(),
         };
         // Read before the pool's lock: each reads the cluster's view, which is never read
         // under that lock.
@@ -291,17 +292,16 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     }
 
     /// The lowest device index below the instance's ENI limit that no ENI uses: neither one
-    /// EC2 lists as attached nor one the pool still holds (a detached ENI's table stays its own
-    /// until the reconciliation has removed it).
+    /// IMDS lists as attached, nor one of an ENI someone else manages as EC2 last listed it,
+    /// nor one the pool still holds (a detached ENI's table stays its own until the
+    /// reconciliation has removed it). No EC2 call: a fleet launching at once pays for each in
+    /// throttling. An ENI someone else attached a moment ago may show nowhere yet; the attach
+    /// then fails and the next round tries again.
     async fn free_device_index(&self) -> Result<u32, CloudError> {
-        let attached = self
-            .ec2
-            .describe_instance_enis(&self.node.identity.instance_id)
-            .await?;
-        let mut used: BTreeSet<u32> = attached
-            .iter()
-            .filter_map(|e| e.attachment.as_ref().map(|a| a.device_index))
-            .collect();
+        let mut used: BTreeSet<u32> = lock(&self.unmanaged).values().copied().collect();
+        for mac in cloud::attached_macs(&self.imds).await? {
+            used.insert(cloud::eni_metadata(&self.imds, &mac).await?.device_number);
+        }
         used.extend(lock(&self.pool).enis().map(|e| e.device_number));
         (1..self.node.instance.max_enis.max(1))
             .find(|d| !used.contains(d))

@@ -211,6 +211,9 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
 
     /// An EC2 call of a growth step failed.
     pub(super) fn ec2_failed(&self, doing: impl Into<String>, source: CloudError) {
+        if source.kind == CloudErrorKind::SubnetFull {
+            self.subnet_full();
+        }
         if source.kind == CloudErrorKind::Unauthorized
             && let Some(regarding) = self.own_object()
         {

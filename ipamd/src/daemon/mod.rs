@@ -13,6 +13,7 @@ mod placement;
 mod reconcile;
 mod recover;
 mod requests;
+mod scarcity;
 mod shrink;
 mod steer;
 mod v6;
@@ -24,6 +25,7 @@ pub use leaks::{LeakReport, MAX_START_JITTER, MIN_LEAK_AGE};
 pub use overrides::{KEYS as NODE_SETTING_KEYS, PREFIX as NODE_SETTING_PREFIX};
 pub use placement::{NoPlacement, Placement, SUBNET_CLUSTER_TAG_PREFIX, SUBNET_ROLE_TAG};
 pub use recover::{LostState, RECOVERED_NETWORK};
+pub use scarcity::CHECK_PERIOD as SCARCITY_CHECK_PERIOD;
 pub use veths::VETH_GRACE;
 pub use waits::{STAGE_DEADLINE, Stage};
 
@@ -125,6 +127,8 @@ pub struct Node {
     pub manage_enis_non_schedulable: bool,
     /// The pod ipamd runs in (namespace, name), when it knows.
     pub own_pod: Option<(String, String)>,
+    /// SUBNET_SCARCITY_MODE.
+    pub scarcity_mode: bool,
 }
 
 /// The running daemon, generic over its seams: EC2, IMDS, the node's network and the store.
@@ -140,7 +144,7 @@ pub struct Daemon<E, I, H, S> {
     /// The primary ENI's security groups, which new ENIs get.
     security_groups: Mutex<Vec<String>>,
     /// Attached ENIs ipamd does not manage, as EC2 last listed them.
-    unmanaged: Mutex<BTreeSet<String>>,
+    unmanaged: Mutex<BTreeMap<String, u32>>,
     pool: Mutex<Pool>,
     durable: Durability<S>,
     /// Set when the store refused a change the pool had made: the next commit writes the whole
@@ -170,6 +174,8 @@ pub struct Daemon<E, I, H, S> {
     events: Option<tokio::sync::mpsc::Sender<cluster::ClusterEvent>>,
     /// The node settings last rejected, so each is reported once.
     rejected: Mutex<Vec<overrides::Rejected>>,
+    /// In subnet-scarcity mode.
+    scarce: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -351,10 +357,11 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 ip_family: config.ip_family,
                 manage_enis_non_schedulable: config.manage_enis_non_schedulable,
                 own_pod: config.own_pod.clone(),
+                scarcity_mode: config.subnet_scarcity_mode,
             },
             base_limits: limits,
             security_groups: Mutex::new(Vec::new()),
-            unmanaged: Mutex::new(BTreeSet::new()),
+            unmanaged: Mutex::new(BTreeMap::new()),
             pool: Mutex::new(pool),
             durable: Durability::new(store),
             store_behind: AtomicBool::new(false),
@@ -371,6 +378,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             metrics,
             events,
             rejected: Mutex::new(Vec::new()),
+            scarce: AtomicBool::new(false),
         };
         daemon
             .persist(|_| Ok::<_, PersistError>(((), fixes)))
@@ -399,6 +407,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         daemon.adopt_routed_pods().await?;
         daemon.cool_lost(&lost).await?;
         daemon.release_dead_pods().await?;
+        daemon.check_subnet_scarcity().await;
         daemon.grow().await;
         Ok(daemon)
     }
@@ -438,6 +447,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             last_release: growth.last_release,
             pending,
             draining,
+            scarce: self.subnet_scarce(),
             growth_paused_until: growth.paused_until.filter(|u| now < *u),
             last_error: growth.last_error.map(|e| e.to_string()),
             ready,

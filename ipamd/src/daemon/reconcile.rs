@@ -49,7 +49,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             let Some(id) = cloud::eni_id(&self.imds, &mac).await? else {
                 continue;
             };
-            let addresses = if unmanaged.contains(&id) {
+            let addresses = if unmanaged.contains_key(&id) {
                 Default::default()
             } else {
                 let a = cloud::eni_addresses(&self.imds, &mac).await?;
@@ -76,7 +76,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 (e.id.clone(), (ips, pool.prefixes(&e.id).collect()))
             })
             .collect();
-        for id in lock(&self.unmanaged).iter() {
+        for id in lock(&self.unmanaged).keys() {
             view.insert(id.clone(), Default::default());
         }
         view
@@ -106,7 +106,10 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             .iter()
             .partition(|e| &e.id == primary_id || is_ours(e, &id.instance_id));
         // ENIs someone else manages still take slots on the instance (`Daemon::limits`).
-        *lock(&self.unmanaged) = unmanaged.iter().map(|e| e.id.clone()).collect();
+        *lock(&self.unmanaged) = unmanaged
+            .iter()
+            .filter_map(|e| Some((e.id.clone(), e.attachment.as_ref()?.device_index)))
+            .collect();
 
         // ENIs the pool holds that the instance no longer has: out before anything is set up,
         // so that tearing one down cannot undo the setup of its successor at the same index.

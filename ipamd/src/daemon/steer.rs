@@ -24,9 +24,15 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             .unwrap_or_default()
     }
 
-    /// The warm-pool targets in force: the environment's, with the node's over them.
+    /// The warm-pool targets in force: the environment's, with the node's over them, and
+    /// one warm address only while a subnet is scarce.
     pub fn targets(&self) -> Targets {
-        self.overrides().targets(self.node.targets)
+        let targets = self.overrides().targets(self.node.targets);
+        if self.subnet_scarce() {
+            super::scarcity::scarce_targets(targets)
+        } else {
+            targets
+        }
     }
 
     /// The limits the pool plans with now: ENIs someone else manages take ENI slots, and the

@@ -21,6 +21,7 @@ pub(super) struct Demand {
     /// Pending pods.
     pub pending: u32,
     pub draining: bool,
+    pub scarce: bool,
 }
 
 impl Totals {
@@ -50,6 +51,7 @@ impl Demand {
             uncovered: ctx.pending.saturating_sub(totals.available),
             pending: ctx.pending,
             draining: ctx.draining,
+            scarce: ctx.scarce,
         }
     }
 
@@ -64,7 +66,8 @@ impl Demand {
         };
         let mut units = wanted.saturating_add(self.uncovered.div_ceil(targets.unit()));
         // By addresses only: a /28 already serves 16 pods.
-        if units > 0 && self.pending >= BURST_PODS && !self.draining && !targets.prefix_delegation {
+        let frugal = self.draining || self.scarce || targets.prefix_delegation;
+        if units > 0 && self.pending >= BURST_PODS && !frugal {
             units = units.max(limits.secondary_ips_per_eni);
         }
         (units > 0).then_some(units)

@@ -66,16 +66,20 @@ pub struct PlanContext {
     /// The node is cordoned: no new ENI, and every available address beyond what the
     /// pending pods need is given back (within the release pacing).
     pub draining: bool,
+    /// A subnet the node draws on is scarce: growth for pending pods is exactly what they
+    /// need, never rounded up to fill an ENI.
+    pub scarce: bool,
 }
 
 impl PlanContext {
-    /// At `now`, with no release yet, no pending pod, not draining.
+    /// At `now`, with no release yet, no pending pod, not draining, no scarce subnet.
     pub fn at(now: Timestamp) -> Self {
         PlanContext {
             now,
             last_release: None,
             pending: 0,
             draining: false,
+            scarce: false,
         }
     }
 }

@@ -105,6 +105,7 @@ impl Sim {
             last_release: self.last_release,
             pending: self.pending,
             draining: self.draining,
+            scarce: false,
         }
     }
 

@@ -246,6 +246,7 @@ pub fn healthy() -> Facts {
         cluster: Default::default(),
         pending_pods: 0,
         draining: false,
+        subnet_scarce: false,
     };
     let socket = PathBuf::from("/run/vpc-cni/ipamd.sock");
     let ours = serde_json::json!({
