@@ -64,6 +64,7 @@ cargo build --workspace --quiet
 step "unit, property and daemon tests"
 cargo test --workspace --quiet
 passed "unit, property and daemon tests (tiers 1-2), fuzz corpus replayed"
+passed "fleet simulation at reduced size (crates/fleet/tests/scenarios.rs): launch with no pod of ours failed by throttling and fewer EC2 calls per node than the Go CNI's algorithm; scarcity mode placing more pods than without it; a throttling storm; an hour of churn (full size: scripts/fleet-report.sh)"
 
 step "fuzzing"
 FUZZ_SECS=${VPC_CNI_FUZZ_SECS:-20}

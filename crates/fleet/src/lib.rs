@@ -1,0 +1,52 @@
+//! A fleet of nodes against one simulated EC2 account, on a simulated clock: the real ipamd
+//! daemon (its planner, its controller, its client-side EC2 rate limit) beside the Go CNI's
+//! documented algorithm, node for node, pod for pod, with the same launches. EC2 is vpc-sim's
+//! model behind EC2's account-wide request buckets, with latencies, and IMDS a little behind.
+
+pub mod account;
+pub mod go_cni;
+pub mod host;
+pub mod node;
+pub mod ours;
+pub mod report;
+pub mod scenario;
+
+use std::time::Instant;
+
+use report::{Report, Side};
+use scenario::{Algorithm, Kind, Scenario};
+
+/// Runs `kind` at `nodes` nodes (its documented size when `None`) with each algorithm in
+/// turn, on a paused clock; the same `seed` gives both the same launches and pods.
+pub fn simulate(kind: Kind, nodes: Option<usize>, seed: u64) -> anyhow::Result<Report> {
+    let scenario = Scenario::new(kind, nodes);
+    let started = Instant::now();
+    let side = |algorithm: Algorithm| -> anyhow::Result<Side> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()?;
+        let run = runtime.block_on(scenario::run(&scenario, &algorithm, seed))?;
+        Ok(Side::of(&run, scenario.nodes))
+    };
+    let scarce = kind == Kind::Scarcity;
+    let ours_env = |scarcity: bool| -> Vec<(String, String)> {
+        vec![("SUBNET_SCARCITY_MODE".to_string(), scarcity.to_string())]
+    };
+    let ours = side(Algorithm::Ours(ours_env(true)))?;
+    let without = if scarce {
+        Some(side(Algorithm::Ours(ours_env(false)))?)
+    } else {
+        None
+    };
+    let go_cni = side(Algorithm::GoCni(pool::Targets::default()))?;
+    Ok(Report {
+        scenario: kind,
+        nodes: scenario.nodes,
+        ours,
+        go_cni,
+        ours_without_scarcity_mode: without,
+        simulated_seconds: scenario.horizon.as_secs(),
+        wall_seconds: started.elapsed().as_secs_f64(),
+    })
+}

@@ -1,0 +1,219 @@
+//! Our side: the real ipamd daemon (`ipamd::Daemon`, the planner of the `pool` crate, the
+//! client-side EC2 rate limit of `cloud::throttle`) on a simulated node, its controller and
+//! reconciler run as ipamd's main runs them, the cluster view carrying the pods bound to the
+//! node (predictive growth).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use anyhow::Context;
+use cloud::throttle::{ThrottlePolicy, Throttled};
+use cluster::{ApiState, ClusterView, NodeFacts, PodFacts};
+use introspect::Metrics;
+use ipam_proto::{AddRequest, AttachmentKey, DelReason, DelRequest, PodMeta, Request};
+use ipamd::config::Config;
+use ipamd::daemon::LostState;
+use ipamd::{CONTROLLER_PERIOD, Daemon, Parts};
+use pool::{Clock, MemoryStore, Timestamp};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::account::{Account, NodeEc2, NodeImds};
+use crate::host::SimHost;
+use crate::node::{AddOutcome, Cni};
+
+type SimDaemon = Daemon<Throttled<NodeEc2>, NodeImds, SimHost, MemoryStore>;
+
+/// The pool's clock: the account's (simulated) time, from a fixed epoch.
+struct SimClock(Arc<Account>);
+
+/// 2026-01-01T00:00:00Z: wall time as the simulated day starts.
+const EPOCH_MS: u64 = 1_767_225_600_000;
+
+impl Clock for SimClock {
+    fn now(&self) -> Timestamp {
+        Timestamp(EPOCH_MS + u64::try_from(self.0.elapsed().as_millis()).unwrap_or(0))
+    }
+}
+
+/// ipamd on one node.
+pub struct Ours {
+    daemon: Arc<SimDaemon>,
+    view: watch::Sender<ClusterView>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+fn key(name: &str) -> AttachmentKey {
+    AttachmentKey {
+        network: "aws-cni".into(),
+        container_id: format!("sandbox-{name}"),
+        ifname: "eth0".into(),
+    }
+}
+
+fn meta(name: &str) -> PodMeta {
+    PodMeta {
+        namespace: "default".into(),
+        name: name.into(),
+        infra_container_id: format!("sandbox-{name}"),
+        uid: format!("uid-{name}"),
+    }
+}
+
+impl Ours {
+    /// Starts ipamd on `instance` with `env` over ipamd's defaults (no leaked-ENI cleanup: the
+    /// fleet leaks nothing), its controller, reconciler and subnet-scarcity check running as
+    /// ipamd's main runs them (`seed` spreads the checks).
+    pub async fn start(
+        account: &Arc<Account>,
+        instance: &str,
+        env: &[(String, String)],
+        seed: u64,
+    ) -> anyhow::Result<Ours> {
+        let mut vars: HashMap<String, String> = [
+            ("IPAMD_STATE_DIR", "/nonexistent/fleet/state"),
+            (
+                "AWS_VPC_K8S_CNI_BACKING_STORE",
+                "/nonexistent/fleet/ipam.json",
+            ),
+            ("AWS_VPC_K8S_CNI_LOG_FILE", "stderr"),
+            ("DISABLE_LEAKED_ENI_CLEANUP", "true"),
+            ("ENABLE_SUBNET_DISCOVERY", "false"),
+            ("MY_NODE_NAME", instance),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        vars.extend(env.iter().cloned());
+        let config = Config::from_env(|k| vars.get(k).cloned()).context("the node's settings")?;
+        let imds = NodeImds::new(account, instance);
+        let identity = cloud::node_identity(&imds).await.context("IMDS")?;
+        let ec2 = Throttled::new(NodeEc2::new(account), ThrottlePolicy::default())
+            .context("the client-side rate limits")?;
+        let (view, seen) = watch::channel(ClusterView {
+            api: ApiState::Connected,
+            node_name: Some(instance.to_string()),
+            node: Some(NodeFacts {
+                name: instance.to_string(),
+                ..Default::default()
+            }),
+            eni_configs: None,
+            eni_configs_error: None,
+            pods: Some(Vec::new()),
+        });
+        let daemon = Daemon::start(
+            &config,
+            Parts {
+                ec2,
+                imds,
+                host: SimHost,
+                store: Arc::new(MemoryStore::default()),
+                clock: Arc::new(SimClock(Arc::clone(account))),
+                identity,
+                metrics: Arc::new(Metrics::new("fleet").context("metrics")?),
+                lost: LostState::default(),
+                cluster: seen,
+                events: None,
+            },
+        )
+        .await
+        .context("ipamd's start")?;
+        let daemon = Arc::new(daemon);
+        let controller = {
+            let daemon = Arc::clone(&daemon);
+            tokio::spawn(async move {
+                let mut cluster = daemon.cluster_view();
+                loop {
+                    tokio::select! {
+                        () = tokio::time::sleep(CONTROLLER_PERIOD) => {}
+                        () = daemon.kicked() => {}
+                        changed = cluster.changed() => if changed.is_ok() { daemon.cluster_changed() },
+                    }
+                    daemon.grow().await;
+                }
+            })
+        };
+        let reconciler = {
+            let daemon = Arc::clone(&daemon);
+            let period = config.reconcile_interval;
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(period).await;
+                    daemon.reconcile().await;
+                }
+            })
+        };
+        let scarcity = {
+            let daemon = Arc::clone(&daemon);
+            let mut rng = vpc_sim::rand::Rng::seeded(seed);
+            tokio::spawn(async move {
+                loop {
+                    let period = ipamd::daemon::SCARCITY_CHECK_PERIOD;
+                    tokio::time::sleep(period.mul_f64(0.5 + rng.unit())).await;
+                    daemon.check_subnet_scarcity().await;
+                }
+            })
+        };
+        Ok(Ours {
+            daemon,
+            view,
+            tasks: vec![controller, reconciler, scarcity],
+        })
+    }
+}
+
+impl Drop for Ours {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Cni for Ours {
+    fn bound(&self, name: &str) {
+        self.view.send_modify(|v| {
+            v.pods.get_or_insert_with(Vec::new).push(PodFacts {
+                namespace: "default".into(),
+                name: name.into(),
+                uid: format!("uid-{name}"),
+                ..Default::default()
+            });
+        });
+    }
+
+    async fn add(&self, name: &str) -> AddOutcome {
+        let request = Request::Add(AddRequest {
+            key: key(name),
+            pod: meta(name),
+            netns: format!("/var/run/netns/{name}"),
+        });
+        match self.daemon.handle(request).await {
+            Ok(_) => AddOutcome::Placed,
+            Err(e) => AddOutcome::Failed {
+                throttled: e.message.contains("throttling"),
+            },
+        }
+    }
+
+    async fn del(&self, name: &str) {
+        let request = Request::Del(DelRequest {
+            key: key(name),
+            pod: meta(name),
+            reason: DelReason::PodDeleted,
+        });
+        // A DEL of a pod the node holds always succeeds; its result changes nothing here.
+        let _ = self.daemon.handle(request).await;
+        self.view.send_modify(|v| {
+            if let Some(pods) = &mut v.pods {
+                pods.retain(|p| p.name != name);
+            }
+        });
+    }
+
+    fn idle(&self) -> u32 {
+        let view = self.daemon.view();
+        let c = view.pool.counts(view.now);
+        c.total - c.assigned
+    }
+}

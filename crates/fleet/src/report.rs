@@ -1,0 +1,118 @@
+//! The figures of a run, as `scripts/fleet.sh --json` prints them.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::scenario::Run;
+
+/// A pod is delayed when its address comes later than this after it was bound: one period
+/// of a pool loop.
+pub const DELAYED: Duration = Duration::from_secs(5);
+
+/// One algorithm's figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct Side {
+    /// EC2 requests per node (throttled ones included).
+    pub ec2_calls_per_node: f64,
+    /// Requests EC2 refused with `RequestLimitExceeded`.
+    pub throttled_calls: u64,
+    /// Pods that got no address before the end.
+    pub pods_failed: u64,
+    /// Of those, pods whose ADDs failed while their node's EC2 calls were being throttled.
+    pub pods_failed_throttling: u64,
+    /// Pods placed more than 5 s after being bound.
+    pub pods_delayed: u64,
+    /// Pods with at least one failed ADD (a sandbox error their owner sees), placed or not.
+    pub pods_with_failed_add: u64,
+    /// Pods that got an address before the end.
+    pub pods_placed: u64,
+    /// Pods bound.
+    pub pods_bound: u64,
+    /// From binding to address, over placed pods: median and 99th percentile.
+    pub address_p50_ms: u64,
+    /// See `address_p50_ms`.
+    pub address_p99_ms: u64,
+    /// Addresses the nodes hold that no pod uses, at the end.
+    pub idle_addresses: u64,
+    /// Nodes whose CNI did not start.
+    pub nodes_down: usize,
+    /// EC2 requests by API.
+    pub calls_by_api: std::collections::BTreeMap<String, u64>,
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((sorted.len() as f64) * p).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+impl Side {
+    /// The figures of `run` over `nodes` nodes.
+    pub fn of(run: &Run, nodes: usize) -> Side {
+        let mut waits: Vec<u64> = run
+            .pods
+            .iter()
+            .filter_map(|p| p.placed_at.map(|t| t.saturating_sub(p.bound_at)))
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .collect();
+        waits.sort_unstable();
+        let count = |f: &dyn Fn(&crate::node::PodRecord) -> bool| {
+            run.pods.iter().filter(|p| f(p)).count() as u64
+        };
+        Side {
+            ec2_calls_per_node: run.tally.total() as f64 / nodes.max(1) as f64,
+            throttled_calls: run.tally.throttled,
+            pods_failed: count(&|p| p.placed_at.is_none()),
+            pods_failed_throttling: count(&|p| p.placed_at.is_none() && p.throttled_adds > 0),
+            pods_with_failed_add: count(&|p| p.failed_adds > 0),
+            pods_delayed: count(&|p| {
+                p.placed_at
+                    .is_some_and(|t| t.saturating_sub(p.bound_at) > DELAYED)
+            }),
+            pods_placed: waits.len() as u64,
+            pods_bound: run.pods.len() as u64,
+            address_p50_ms: percentile(&waits, 0.50),
+            address_p99_ms: percentile(&waits, 0.99),
+            idle_addresses: run.idle,
+            nodes_down: run.nodes_down,
+            calls_by_api: run.tally.calls.clone(),
+        }
+    }
+}
+
+/// A scenario's report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// The scenario.
+    pub scenario: crate::scenario::Kind,
+    /// Nodes.
+    pub nodes: usize,
+    /// ipamd.
+    pub ours: Side,
+    /// The Go CNI's algorithm.
+    pub go_cni: Side,
+    /// ipamd without subnet-scarcity mode (scarcity scenario only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ours_without_scarcity_mode: Option<Side>,
+    /// Simulated time.
+    pub simulated_seconds: u64,
+    /// Wall-clock time the run took.
+    pub wall_seconds: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&v, 0.5), 50);
+        assert_eq!(percentile(&v, 0.99), 99);
+        assert_eq!(percentile(&[7], 0.99), 7);
+        assert_eq!(percentile(&[], 0.5), 0);
+    }
+}

@@ -1,0 +1,359 @@
+//! The scenarios, and one run of a fleet through one of them: nodes launched into one
+//! simulated account, each given its pods by the scheduler once its CNI is up, on the
+//! simulated clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use ipnetwork::Ipv4Network;
+use pool::Targets;
+use serde::Serialize;
+use tokio::time::Instant;
+use vpc_sim::model::{CreateEni, Model, SubnetSpec, Topology};
+use vpc_sim::rand::Rng;
+
+use crate::account::{Account, Tally};
+use crate::go_cni::GoCni;
+use crate::node::{Cni, PodRecord, Records, run_pod};
+use crate::ours::Ours;
+
+/// Which scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Every node launched within a minute, each given 20 to 40 pods.
+    Launch,
+    /// Nodes running 30 pods each, every pod replaced after a random lifetime (10 min on
+    /// average), for an hour.
+    Churn,
+    /// 200 nodes sharing one subnet (a /17) already 95% used by others: 8 addresses left per
+    /// node, for 3 to 9 pods each.
+    Scarcity,
+    /// A launch during which EC2 throttles every call for a minute (the account is busy).
+    Throttle,
+}
+
+/// A scenario's parameters.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// Which.
+    pub kind: Kind,
+    /// Nodes.
+    pub nodes: usize,
+    /// Their instance type.
+    pub instance_type: &'static str,
+    /// Pods per node, drawn uniformly from this range.
+    pub pods: (u32, u32),
+    /// Nodes launch at random within this.
+    pub launch_window: Duration,
+    /// From launch to the CNI starting (the node boots).
+    pub boot: Duration,
+    /// A node's pods are bound at random within this after its CNI is up.
+    pub bind_spread: Duration,
+    /// When the run ends.
+    pub horizon: Duration,
+    /// Pods live this long on average (exponentially) and are replaced, when set.
+    pub lifetime: Option<Duration>,
+    /// Addresses per node others leave free in the nodes' subnet (scarcity): 8 per node,
+    /// for 3 to 9 pods each, is 5% of the /17 at 200 nodes (95% used).
+    pub free_per_node: Option<u32>,
+    /// EC2 refuses every call in this window.
+    pub storm: Option<(Duration, Duration)>,
+}
+
+impl Scenario {
+    /// The scenario `kind` with `nodes` nodes (its documented size when `None`).
+    pub fn new(kind: Kind, nodes: Option<usize>) -> Scenario {
+        let base = Scenario {
+            kind,
+            nodes: 1_000,
+            instance_type: "m5.xlarge",
+            pods: (20, 40),
+            launch_window: Duration::from_secs(60),
+            boot: Duration::from_secs(10),
+            bind_spread: Duration::from_secs(20),
+            horizon: Duration::from_secs(15 * 60),
+            lifetime: None,
+            free_per_node: None,
+            storm: None,
+        };
+        let s = match kind {
+            Kind::Launch => base,
+            Kind::Churn => Scenario {
+                pods: (30, 30),
+                horizon: Duration::from_secs(60 * 60),
+                lifetime: Some(Duration::from_secs(10 * 60)),
+                ..base
+            },
+            // Fewer pods per node than a warm ENI holds: what the warm pools keep idle is
+            // what the subnet lacks.
+            Kind::Scarcity => Scenario {
+                nodes: 200,
+                pods: (3, 9),
+                free_per_node: Some(8),
+                ..base
+            },
+            Kind::Throttle => Scenario {
+                nodes: 300,
+                storm: Some((Duration::from_secs(30), Duration::from_secs(90))),
+                ..base
+            },
+        };
+        Scenario {
+            nodes: nodes.unwrap_or(s.nodes),
+            ..s
+        }
+    }
+
+    /// The VPC, 10.0.0.0/16: one /18 per 250 nodes (at most 1,000), or in the scarcity
+    /// scenario one /17 that others fill but for `free_per_node` per node.
+    fn model(&self, seed: u64) -> anyhow::Result<Model> {
+        let (prefix, subnets) = if self.free_per_node.is_some() {
+            (17, 1)
+        } else {
+            anyhow::ensure!(self.nodes <= 1_000, "at most 1,000 nodes fit the VPC");
+            (18, self.nodes.div_ceil(250).max(1))
+        };
+        let size = 1u32 << (32 - prefix);
+        let specs: Vec<SubnetSpec> = (0..subnets as u32)
+            .map(|i| {
+                let base = u32::from(std::net::Ipv4Addr::new(10, 0, 0, 0)) + i * size;
+                let mut spec = SubnetSpec::new(Ipv4Network::new(base.into(), prefix)?);
+                let share = self.nodes / subnets + usize::from((i as usize) < self.nodes % subnets);
+                spec.nodes = (i > 0).then_some(share);
+                Ok(spec)
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let topology = Topology {
+            vpc_cidr: "10.0.0.0/16".parse()?,
+            secondary_cidrs: Vec::new(),
+            region: "us-west-2".into(),
+            subnets: specs,
+            nodes: self.nodes,
+            instance_type: self.instance_type.into(),
+            extra_types: Vec::new(),
+            security_groups: Vec::new(),
+            ipv6: false,
+            vpc_ipv6_cidr: None,
+        };
+        let mut model = Model::build(&topology, Rng::seeded(seed), 0)
+            .map_err(|e| anyhow::anyhow!("the fleet's VPC: {e}"))?;
+        if let Some(per_node) = self.free_per_node {
+            let keep = u32::try_from(self.nodes)?.saturating_mul(per_node);
+            fill(&mut model, keep)?;
+        }
+        Ok(model)
+    }
+}
+
+/// Fills the first subnet with others' ENIs (50 addresses each) until `keep_free` addresses
+/// are left.
+fn fill(model: &mut Model, keep_free: u32) -> anyhow::Result<()> {
+    let subnet = model.subnets()[0].clone();
+    while model.subnet(&subnet.id)?.available_ip_address_count() > keep_free {
+        let free = model.subnet(&subnet.id)?.available_ip_address_count();
+        let take = (free - keep_free).clamp(1, 50);
+        model
+            .create_eni(
+                CreateEni {
+                    subnet_id: subnet.id.clone(),
+                    description: "another team's workload".into(),
+                    secondary_count: take - 1,
+                    ..Default::default()
+                },
+                0,
+            )
+            .map_err(|e| anyhow::anyhow!("filling the subnet: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Which algorithm runs the nodes.
+#[derive(Clone, Debug)]
+pub enum Algorithm {
+    /// ipamd, with these settings over its defaults.
+    Ours(Vec<(String, String)>),
+    /// The Go CNI's documented algorithm with these targets.
+    GoCni(Targets),
+}
+
+/// What one run left.
+pub struct Run {
+    /// Every pod's record.
+    pub pods: Vec<PodRecord>,
+    /// What EC2 answered.
+    pub tally: Tally,
+    /// Addresses held by the nodes and used by no pod, at the end.
+    pub idle: u64,
+    /// Nodes whose CNI did not start.
+    pub nodes_down: usize,
+}
+
+struct Plan {
+    instance: String,
+    launch: Duration,
+    pods: Vec<(Duration, Option<Duration>)>,
+}
+
+/// Runs `scenario` with `algorithm`; `seed` makes the run repeatable (the same seed gives
+/// both algorithms the same launches and pods). Must run on a paused clock.
+pub async fn run(scenario: &Scenario, algorithm: &Algorithm, seed: u64) -> anyhow::Result<Run> {
+    let account = Account::new(scenario.model(seed).context("building the VPC")?);
+    if let Some((from, until)) = scenario.storm {
+        account.storm(from, until);
+    }
+    let records = Records::default();
+    let mut rng = Rng::seeded(seed);
+    let instances: Vec<String> =
+        account.with_model(|m| m.instances().iter().map(|i| i.id.clone()).collect());
+    let plans: Vec<Plan> = instances
+        .into_iter()
+        .map(|instance| {
+            let launch = scenario.launch_window.mul_f64(rng.unit()) + scenario.boot;
+            let (lo, hi) = scenario.pods;
+            let n = lo + (rng.unit() * f64::from(hi - lo + 1)) as u32;
+            let pods = (0..n.min(hi))
+                .map(|_| {
+                    let at = scenario.bind_spread.mul_f64(rng.unit());
+                    let life = scenario
+                        .lifetime
+                        .map(|mean| mean.mul_f64(-(1.0 - rng.unit()).ln()));
+                    (at, life)
+                })
+                .collect();
+            Plan {
+                instance,
+                launch,
+                pods,
+            }
+        })
+        .collect();
+    let end = Instant::now() + scenario.horizon;
+    let mut nodes = Vec::new();
+    for (i, plan) in plans.into_iter().enumerate() {
+        let account = Arc::clone(&account);
+        let records = records.clone();
+        let algorithm = algorithm.clone();
+        let horizon = scenario.horizon;
+        let lifetime_mean = scenario.lifetime;
+        let node_seed = seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9);
+        nodes.push(tokio::spawn(async move {
+            tokio::time::sleep(plan.launch).await;
+            match algorithm {
+                Algorithm::Ours(env) => {
+                    let cni = crash_loop(&account, horizon, || {
+                        Ours::start(&account, &plan.instance, &env, node_seed)
+                    })
+                    .await?;
+                    Some(
+                        node(
+                            Arc::new(cni),
+                            &account,
+                            &records,
+                            plan,
+                            horizon,
+                            lifetime_mean,
+                            node_seed,
+                            end,
+                        )
+                        .await,
+                    )
+                }
+                Algorithm::GoCni(targets) => {
+                    let cni = crash_loop(&account, horizon, || {
+                        GoCni::start(&account, &plan.instance, targets, node_seed)
+                    })
+                    .await?;
+                    Some(
+                        node(
+                            Arc::new(cni),
+                            &account,
+                            &records,
+                            plan,
+                            horizon,
+                            lifetime_mean,
+                            node_seed,
+                            end,
+                        )
+                        .await,
+                    )
+                }
+            }
+        }));
+    }
+    let mut idle = 0;
+    let mut nodes_down = 0;
+    for n in nodes {
+        match n.await.ok().flatten() {
+            Some(held) => idle += u64::from(held),
+            None => nodes_down += 1,
+        }
+    }
+    Ok(Run {
+        pods: records.all(),
+        tally: account.tally(),
+        idle,
+        nodes_down,
+    })
+}
+
+/// Starts a node's CNI as the kubelet runs a DaemonSet pod whose container exits: again after
+/// 10 s, doubling up to 5 min (CrashLoopBackOff), until `horizon`.
+async fn crash_loop<T, F, Fut>(account: &Account, horizon: Duration, start: F) -> Option<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let mut backoff = Duration::from_secs(10);
+    loop {
+        if let Ok(cni) = start().await {
+            return Some(cni);
+        }
+        if account.elapsed() + backoff >= horizon {
+            return None;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(300));
+    }
+}
+
+/// One node's life: its pods bound, run and (with churn) replaced until `end`; returns the
+/// addresses it holds unused then.
+#[allow(clippy::too_many_arguments)]
+async fn node<C: Cni>(
+    cni: Arc<C>,
+    account: &Arc<Account>,
+    records: &Records,
+    plan: Plan,
+    horizon: Duration,
+    lifetime_mean: Option<Duration>,
+    seed: u64,
+    end: Instant,
+) -> u32 {
+    let mut slots = Vec::new();
+    for (slot, (at, first_life)) in plan.pods.into_iter().enumerate() {
+        let cni = Arc::clone(&cni);
+        let account = Arc::clone(account);
+        let records = records.clone();
+        let instance = plan.instance.clone();
+        slots.push(tokio::spawn(async move {
+            let mut rng = Rng::seeded(seed ^ (slot as u64 + 1).wrapping_mul(0x85eb_ca6b));
+            tokio::time::sleep(at).await;
+            let mut life = first_life;
+            for generation in 0.. {
+                let name = format!("{instance}-{slot}-{generation}");
+                let ran = run_pod(&*cni, &account, &records, &name, horizon, life).await;
+                if !ran || life.is_none() || account.elapsed() >= horizon {
+                    break;
+                }
+                life = lifetime_mean.map(|mean| mean.mul_f64(-(1.0 - rng.unit()).ln()));
+            }
+        }));
+    }
+    tokio::time::sleep_until(end).await;
+    for s in slots {
+        s.abort();
+    }
+    cni.idle()
+}

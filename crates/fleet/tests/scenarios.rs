@@ -1,0 +1,77 @@
+//! Every scenario of the fleet simulator at a reduced size (the full sizes are
+//! scripts/fleet-report.sh's), with what issue 20 asks of ipamd against the Go CNI's algorithm
+//! on the same simulated EC2. The simulator's clock is simulated: these take seconds.
+
+use fleet::report::Side;
+use fleet::scenario::Kind;
+
+fn show(name: &str, s: &Side) {
+    eprintln!(
+        "{name}: {:.1} calls/node, {} throttled, {}/{} placed, {} failed ({} by throttling), {} delayed, {} with a failed ADD, p50 {} ms, p99 {} ms, {} idle",
+        s.ec2_calls_per_node,
+        s.throttled_calls,
+        s.pods_placed,
+        s.pods_bound,
+        s.pods_failed,
+        s.pods_failed_throttling,
+        s.pods_delayed,
+        s.pods_with_failed_add,
+        s.address_p50_ms,
+        s.address_p99_ms,
+        s.idle_addresses
+    );
+}
+
+#[test]
+fn launch_no_pod_fails_by_throttling_and_fewer_calls_than_the_go_cni() {
+    let r = fleet::simulate(Kind::Launch, Some(120), 7).unwrap();
+    show("ours", &r.ours);
+    show("go_cni", &r.go_cni);
+    assert_eq!((r.ours.pods_failed, r.ours.pods_failed_throttling), (0, 0));
+    assert_eq!(r.ours.pods_placed, r.ours.pods_bound, "every pod placed");
+    assert!(r.ours.ec2_calls_per_node < r.go_cni.ec2_calls_per_node);
+    assert_eq!((r.ours.nodes_down, r.go_cni.nodes_down), (0, 0));
+    assert_eq!(
+        r.ours.pods_bound, r.go_cni.pods_bound,
+        "the same pods for both"
+    );
+}
+
+#[test]
+fn scarcity_mode_places_more_pods_than_without_it() {
+    let r = fleet::simulate(Kind::Scarcity, Some(60), 7).unwrap();
+    let without = r.ours_without_scarcity_mode.as_ref().unwrap();
+    show("ours", &r.ours);
+    show("ours without scarcity mode", without);
+    show("go_cni", &r.go_cni);
+    assert!(r.ours.pods_placed > without.pods_placed);
+    assert!(r.ours.pods_placed > r.go_cni.pods_placed);
+    assert!(r.ours.idle_addresses < without.idle_addresses);
+}
+
+#[test]
+fn a_throttling_storm_fails_no_pod_of_ours_by_throttling() {
+    let r = fleet::simulate(Kind::Throttle, Some(60), 7).unwrap();
+    show("ours", &r.ours);
+    show("go_cni", &r.go_cni);
+    assert!(
+        r.ours.throttled_calls > 0,
+        "the storm reached EC2's answers"
+    );
+    assert_eq!((r.ours.pods_failed, r.ours.pods_failed_throttling), (0, 0));
+}
+
+#[test]
+fn churn_runs_an_hour_and_places_every_pod() {
+    let r = fleet::simulate(Kind::Churn, Some(30), 7).unwrap();
+    show("ours", &r.ours);
+    show("go_cni", &r.go_cni);
+    assert_eq!(r.simulated_seconds, 3_600);
+    assert!(r.ours.pods_bound > 30 * 30, "pods were replaced");
+    // A pod bound in the last seconds of the hour may not have its address yet.
+    assert!(
+        r.ours.pods_failed <= 10,
+        "{} pods got no address",
+        r.ours.pods_failed
+    );
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Every fleet scenario at its full size (scripts/fleet.sh), its figures written to
+# docs/fleet.md with the command that produced them. Needs no root; takes tens of minutes on
+# two cores (the launch and churn scenarios run 1,000 nodes).
+#
+#   scripts/fleet-report.sh [--seed S]
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+SEED=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    --seed) SEED=${2:-}; shift 2;;
+    *) die "unknown argument '$1' (usage: scripts/fleet-report.sh [--seed S])";;
+  esac
+done
+[[ "$SEED" =~ ^[0-9]+$ ]] || die "--seed must be a number"
+command -v jq >/dev/null || ensure_packages jq:jq
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+for s in launch churn scarcity throttle; do
+  say "scenario $s"
+  "$REPO/scripts/fleet.sh" --scenario "$s" --seed "$SEED" --json >"$out/$s.json"
+done
+
+row() { # file side label
+  jq -r --arg side "$2" --arg label "$3" '.[$side] | "| \($label) | \(.ec2_calls_per_node * 10 | round / 10) | \(.throttled_calls) | \(.pods_placed) / \(.pods_bound) | \(.pods_failed) | \(.pods_failed_throttling) | \(.pods_delayed) | \(.pods_with_failed_add) | \(.address_p50_ms) | \(.address_p99_ms) | \(.idle_addresses) |"' "$1"
+}
+{
+  echo "# Fleet simulation: ipamd beside the Go CNI's algorithm"
+  echo
+  echo "Written by \`scripts/fleet-report.sh --seed $SEED\` on $(date -u +%Y-%m-%d) ($(nproc) cores)."
+  echo "Each scenario: \`scripts/fleet.sh --scenario NAME --seed $SEED --json\`. What the simulator"
+  echo "is, what each figure means and what it leaves out: [the notes below](#how-the-simulation-works)."
+  for s in launch churn scarcity throttle; do
+    f=$out/$s.json
+    echo
+    echo "## $s: $(jq -r '"\(.nodes) nodes, \(.simulated_seconds / 60) min simulated in \(.wall_seconds | round) s"' "$f")"
+    echo
+    echo "| | EC2 calls per node | throttled calls | pods placed | pods failed | of them by throttling | pods delayed (> 5 s) | pods with a failed ADD | address p50 (ms) | address p99 (ms) | idle addresses at the end |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+    row "$f" ours "ours (ipamd)"
+    if jq -e '.ours_without_scarcity_mode' "$f" >/dev/null; then
+      row "$f" ours_without_scarcity_mode "ours, SUBNET_SCARCITY_MODE=false"
+    fi
+    row "$f" go_cni "the Go CNI's algorithm"
+    echo
+    echo "EC2 calls by API:"
+    echo
+    for side in ours go_cni; do
+      echo "- $side: $(jq -r --arg side "$side" '.[$side].calls_by_api | to_entries | map("\(.key) \(.value)") | join(", ")' "$f")"
+    done
+  done
+  echo
+  sed -n '/^## How the simulation works/,$p' "$REPO/docs/fleet.md"
+} >"$out/fleet.md"
+grep -q '^## How the simulation works' "$out/fleet.md" || die "docs/fleet.md lost its notes section"
+mv "$out/fleet.md" "$REPO/docs/fleet.md"
+say "wrote docs/fleet.md"
