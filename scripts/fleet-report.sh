@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every fleet scenario at its full size (scripts/fleet.sh), its figures written to
-# docs/fleet.md with the command that produced them. Needs no root; takes tens of minutes on
-# two cores (the launch and churn scenarios run 1,000 nodes).
+# docs/fleet.md with the command that produced them, and its plot to docs/fleet-NAME.png.
+# Needs no root; takes tens of minutes on two cores (launch and churn run 1,000 nodes).
 #
 #   scripts/fleet-report.sh [--seed S]
 set -euo pipefail
@@ -16,13 +16,15 @@ while [ $# -gt 0 ]; do
   esac
 done
 [[ "$SEED" =~ ^[0-9]+$ ]] || die "--seed must be a number"
-command -v jq >/dev/null || ensure_packages jq:jq
+ensure_packages jq:jq
+# The plots' labels are drawn with DejaVu Sans.
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || install_packages fonts-dejavu-core
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for s in launch churn scarcity throttle; do
   say "scenario $s"
-  "$REPO/scripts/fleet.sh" --scenario "$s" --seed "$SEED" --json >"$out/$s.json"
+  "$REPO/scripts/fleet.sh" --scenario "$s" --seed "$SEED" --json --plot "$REPO/docs/fleet-$s.png" >"$out/$s.json"
 done
 
 row() { # file side label
@@ -32,7 +34,7 @@ row() { # file side label
   echo "# Fleet simulation: ipamd beside the Go CNI's algorithm"
   echo
   echo "Written by \`scripts/fleet-report.sh --seed $SEED\` on $(date -u +%Y-%m-%d) ($(nproc) cores)."
-  echo "Each scenario: \`scripts/fleet.sh --scenario NAME --seed $SEED --json\`. What the simulator"
+  echo "Each scenario: \`scripts/fleet.sh --scenario NAME --seed $SEED --json --plot docs/fleet-NAME.png\`. What the simulator"
   echo "is, what each figure means and what it leaves out: [the notes below](#how-the-simulation-works)."
   for s in launch churn scarcity throttle; do
     f=$out/$s.json
@@ -46,6 +48,8 @@ row() { # file side label
       row "$f" ours_without_scarcity_mode "ours, SUBNET_SCARCITY_MODE=false"
     fi
     row "$f" go_cni "the Go CNI's algorithm"
+    echo
+    echo "![$s: pods with an address over time](fleet-$s.png)"
     echo
     echo "EC2 calls by API:"
     echo

@@ -8,6 +8,7 @@ pub mod go_cni;
 pub mod host;
 pub mod node;
 pub mod ours;
+pub mod plot;
 pub mod report;
 pub mod scenario;
 

@@ -1,5 +1,5 @@
-//! `fleet --scenario launch|churn|scarcity|throttle [--nodes N] [--json]`: one scenario, both
-//! algorithms, the figures printed.
+//! `fleet --scenario launch|churn|scarcity|throttle [--nodes N] [--json] [--plot FILE]`: one
+//! scenario, both algorithms, the figures printed (and plotted).
 
 use clap::Parser;
 use fleet::scenario::Kind;
@@ -21,11 +21,17 @@ struct Args {
     /// Seed of every random draw (launch times, pods, jitter).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Also draw the pods with an address over time into this PNG.
+    #[arg(long)]
+    plot: Option<std::path::PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let report = fleet::simulate(args.scenario, args.nodes, args.seed)?;
+    if let Some(path) = &args.plot {
+        fleet::plot::plot(&report, path)?;
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

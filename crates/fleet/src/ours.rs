@@ -78,7 +78,6 @@ impl Ours {
             ),
             ("AWS_VPC_K8S_CNI_LOG_FILE", "stderr"),
             ("DISABLE_LEAKED_ENI_CLEANUP", "true"),
-            ("ENABLE_SUBNET_DISCOVERY", "false"),
             ("MY_NODE_NAME", instance),
         ]
         .into_iter()

@@ -39,6 +39,12 @@ pub struct Side {
     pub nodes_down: usize,
     /// EC2 requests by API.
     pub calls_by_api: std::collections::BTreeMap<String, u64>,
+    /// When each pod was bound, in seconds (for the plot).
+    #[serde(skip)]
+    pub bound_at_s: Vec<f64>,
+    /// When each placed pod got its address, in seconds (for the plot).
+    #[serde(skip)]
+    pub placed_at_s: Vec<f64>,
 }
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {
@@ -79,6 +85,12 @@ impl Side {
             idle_addresses: run.idle,
             nodes_down: run.nodes_down,
             calls_by_api: run.tally.calls.clone(),
+            bound_at_s: run.pods.iter().map(|p| p.bound_at.as_secs_f64()).collect(),
+            placed_at_s: run
+                .pods
+                .iter()
+                .filter_map(|p| p.placed_at.map(|t| t.as_secs_f64()))
+                .collect(),
         }
     }
 }

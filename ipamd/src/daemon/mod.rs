@@ -176,6 +176,8 @@ pub struct Daemon<E, I, H, S> {
     rejected: Mutex<Vec<overrides::Rejected>>,
     /// In subnet-scarcity mode.
     scarce: AtomicBool,
+    /// When the subnets' free counts were last read.
+    scarcity_read: Mutex<Option<Timestamp>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -379,6 +381,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             events,
             rejected: Mutex::new(Vec::new()),
             scarce: AtomicBool::new(false),
+            scarcity_read: Mutex::new(None),
         };
         daemon
             .persist(|_| Ok::<_, PersistError>(((), fixes)))

@@ -222,7 +222,11 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             EniFilter::new("availability-zone", &id.availability_zone),
         ];
         let mut subnets = match self.ec2.describe_subnets(&filters).await {
-            Ok(subnets) => subnets,
+            Ok(subnets) => {
+                // The same answer tells scarcity mode how full the subnets are.
+                self.observe_subnets(&subnets);
+                subnets
+            }
             Err(e) => {
                 // As the Go CNI: a node that may not list subnets keeps to its own.
                 warn!(error = %e, "subnet discovery could not list subnets; using the node's subnet");

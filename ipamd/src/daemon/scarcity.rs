@@ -1,8 +1,8 @@
 //! Subnet-scarcity mode: when a subnet the node takes addresses from runs low, the node keeps
 //! no warm pool beyond one address and gives back what it holds idle, so the subnet's last
 //! addresses go to pods rather than sit in warm pools. No controller is needed: each node
-//! reads its subnets' free counts (DescribeSubnets, as it starts and every 10 minutes or so, or
-//! at once when EC2 says a subnet is full) and decides alone; hysteresis keeps it from flapping.
+//! reads its subnets' free counts (DescribeSubnets as it starts and every 10 minutes or so, unless
+//! subnet discovery's own DescribeSubnets told it; at once when EC2 says a subnet is full) and decides alone; hysteresis keeps it from flapping.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -53,11 +53,32 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     }
 
     /// Reads the free counts of the node's subnets (its own and its ENIs') and enters or
-    /// leaves scarcity mode. Without SUBNET_SCARCITY_MODE it does nothing.
+    /// leaves scarcity mode; skipped when subnet discovery read them in the last half period.
+    /// Without SUBNET_SCARCITY_MODE it does nothing.
     pub async fn check_subnet_scarcity(&self) {
         if !self.node.scarcity_mode {
             return;
         }
+        let now = self.clock.now();
+        let fresh =
+            super::lock(&self.scarcity_read).is_some_and(|at| now < at.after(CHECK_PERIOD / 2));
+        if fresh {
+            return;
+        }
+        let filter = [EniFilter {
+            name: "subnet-id".into(),
+            values: self.own_subnets(),
+        }];
+        match self.ec2.describe_subnets(&filter).await {
+            Ok(subnets) => self.observe_subnets(&subnets),
+            Err(e) => {
+                warn!(error = %e, "could not read the subnets' free addresses; scarcity mode unchanged")
+            }
+        }
+    }
+
+    /// The subnets the node takes addresses from: its own and its ENIs'.
+    fn own_subnets(&self) -> Vec<String> {
         let mut ids: Vec<String> = super::lock(&self.pool)
             .enis()
             .map(|e| e.subnet_id.clone())
@@ -65,20 +86,19 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         ids.push(self.node.identity.primary_eni.subnet_id.clone());
         ids.sort();
         ids.dedup();
-        let filter = [EniFilter {
-            name: "subnet-id".into(),
-            values: ids,
-        }];
-        let subnets = match self.ec2.describe_subnets(&filter).await {
-            Ok(s) => s,
-            Err(e) => {
-                warn!(error = %e, "could not read the subnets' free addresses; scarcity mode unchanged");
-                return;
-            }
-        };
-        // The scarcest subnet decides: a node drawing on it should hold nothing idle there.
+        ids
+    }
+
+    /// Enters or leaves scarcity mode from a DescribeSubnets answer (ours, or subnet
+    /// discovery's): the scarcest of the node's subnets in it decides.
+    pub(super) fn observe_subnets(&self, subnets: &[cloud::Subnet]) {
+        if !self.node.scarcity_mode {
+            return;
+        }
+        let own = self.own_subnets();
         let Some((subnet, free)) = subnets
             .iter()
+            .filter(|s| own.contains(&s.id))
             .map(|s| {
                 let usable = s.cidr.size().saturating_sub(5).max(1);
                 (s, f64::from(s.available_ips) / f64::from(usable))
@@ -87,6 +107,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         else {
             return;
         };
+        *super::lock(&self.scarcity_read) = Some(self.clock.now());
         let was = self.subnet_scarce();
         let now = next(was, free);
         if now != was {
