@@ -22,13 +22,20 @@ ensure_packages jq:jq
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+# Built once, then the scenarios side by side (each runs on one core).
+"$REPO/scripts/fleet.sh" --help >/dev/null
+pids=()
 for s in launch churn scarcity throttle; do
   say "scenario $s"
-  "$REPO/scripts/fleet.sh" --scenario "$s" --seed "$SEED" --json --plot "$REPO/docs/fleet-$s.png" >"$out/$s.json"
+  "$REPO/scripts/fleet.sh" --scenario "$s" --seed "$SEED" --json --plot "$REPO/docs/fleet-$s.png" >"$out/$s.json" &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do
+  wait "$pid" || die "a scenario failed (see above)"
 done
 
-row() { # file side label
-  jq -r --arg side "$2" --arg label "$3" '.[$side] | "| \($label) | \(.ec2_calls_per_node * 10 | round / 10) | \(.throttled_calls) | \(.pods_placed) / \(.pods_bound) | \(.pods_failed) | \(.pods_failed_throttling) | \(.pods_delayed) | \(.pods_with_failed_add) | \(.address_p50_ms) | \(.address_p99_ms) | \(.idle_addresses) |"' "$1"
+row() { # file side name
+  jq -r --arg side "$2" --arg name "$3" '.[$side] | "| \($name) | \(.ec2_calls_per_node * 10 | round / 10) | \(.throttled_calls) | \(.pods_placed) / \(.pods_bound) | \(.pods_failed) | \(.pods_failed_throttling) | \(.pods_delayed) | \(.pods_with_failed_add) | \(.address_p50_ms) | \(.address_p99_ms) | \(.idle_addresses) |"' "$1"
 }
 {
   echo "# Fleet simulation: ipamd beside the Go CNI's algorithm"
