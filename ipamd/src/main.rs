@@ -17,7 +17,7 @@ use ipamd::config::{BindAddress, Config, ignored_settings};
 use ipamd::host::{HostNetwork, NetlinkHost};
 use ipamd::install::{self, CONFLIST_NAME, ConflistSettings};
 use ipamd::surface::{self, DaemonSource, Ec2Metrics};
-use ipamd::{CONTROLLER_PERIOD, Daemon, Parts, VETH_GRACE, VETH_SWEEP_PERIOD, logging, server};
+use ipamd::{Daemon, Parts, VETH_GRACE, VETH_SWEEP_PERIOD, logging, server};
 use pool::Clock;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
@@ -577,26 +577,9 @@ async fn serve(
     }
     metrics.startup(started.elapsed().as_secs_f64(), true, "");
 
-    let controller = {
-        let daemon = Arc::clone(&daemon);
-        tokio::spawn(async move {
-            let mut cluster = daemon.cluster_view();
-            // A view nobody updates (no cluster) never changes: stop asking it.
-            let mut followed = true;
-            loop {
-                daemon.track_waits();
-                tokio::select! {
-                    _ = tokio::time::sleep(CONTROLLER_PERIOD) => {}
-                    _ = daemon.kicked() => {}
-                    changed = cluster.changed(), if followed => match changed {
-                        Ok(()) => daemon.cluster_changed(),
-                        Err(_) => followed = false,
-                    },
-                }
-                daemon.grow().await;
-            }
-        })
-    };
+    let loops = daemon.spawn_loops(config.reconcile_interval, || {
+        f64::from(getrandom::u32().unwrap_or(0)) / f64::from(u32::MAX)
+    });
 
     // Started once ipamd serves: the startup taint comes off only then.
     let publishers = writer.map(|writer| {
@@ -612,30 +595,6 @@ async fn serve(
         }
         tasks
     });
-
-    let reconciler = {
-        let daemon = Arc::clone(&daemon);
-        let period = config.reconcile_interval;
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(period).await;
-                daemon.reconcile().await;
-            }
-        })
-    };
-
-    let scarcity = {
-        let daemon = Arc::clone(&daemon);
-        tokio::spawn(async move {
-            loop {
-                // Spread over half a period either way, so a fleet does not ask at once.
-                let fraction = f64::from(getrandom::u32().unwrap_or(0)) / f64::from(u32::MAX);
-                let period = ipamd::daemon::SCARCITY_CHECK_PERIOD;
-                tokio::time::sleep(period.mul_f64(0.5 + fraction)).await;
-                daemon.check_subnet_scarcity().await;
-            }
-        })
-    };
 
     let veth_sweeper = {
         let daemon = Arc::clone(&daemon);
@@ -695,9 +654,9 @@ async fn serve(
     for task in http {
         let _ = task.await;
     }
-    controller.abort();
-    reconciler.abort();
-    scarcity.abort();
+    for task in loops {
+        task.abort();
+    }
     for task in publishers.into_iter().flatten() {
         task.abort();
     }

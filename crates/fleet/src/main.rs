@@ -44,20 +44,7 @@ fn main() -> anyhow::Result<()> {
             sides.push(("ours_without_scarcity_mode", w));
         }
         for (name, s) in sides {
-            println!(
-                "  {name:28} calls/node {:6.1}  throttled {:6}  placed {:5}/{:<5} failed {:5} (throttling {:5})  delayed {:5}  failed ADD {:5}  p50 {:6} ms  p99 {:7} ms  idle {:6}",
-                s.ec2_calls_per_node,
-                s.throttled_calls,
-                s.pods_placed,
-                s.pods_bound,
-                s.pods_failed,
-                s.pods_failed_throttling,
-                s.pods_delayed,
-                s.pods_with_failed_add,
-                s.address_p50_ms,
-                s.address_p99_ms,
-                s.idle_addresses
-            );
+            println!("  {name:28} {s}");
         }
     }
     Ok(())

@@ -13,7 +13,7 @@ use introspect::Metrics;
 use ipam_proto::{AddRequest, AttachmentKey, DelReason, DelRequest, PodMeta, Request};
 use ipamd::config::Config;
 use ipamd::daemon::LostState;
-use ipamd::{CONTROLLER_PERIOD, Daemon, Parts};
+use ipamd::{Daemon, Parts};
 use pool::{Clock, MemoryStore, Timestamp};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -118,45 +118,13 @@ impl Ours {
         .await
         .context("ipamd's start")?;
         let daemon = Arc::new(daemon);
-        let controller = {
-            let daemon = Arc::clone(&daemon);
-            tokio::spawn(async move {
-                let mut cluster = daemon.cluster_view();
-                loop {
-                    tokio::select! {
-                        () = tokio::time::sleep(CONTROLLER_PERIOD) => {}
-                        () = daemon.kicked() => {}
-                        changed = cluster.changed() => if changed.is_ok() { daemon.cluster_changed() },
-                    }
-                    daemon.grow().await;
-                }
-            })
-        };
-        let reconciler = {
-            let daemon = Arc::clone(&daemon);
-            let period = config.reconcile_interval;
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(period).await;
-                    daemon.reconcile().await;
-                }
-            })
-        };
-        let scarcity = {
-            let daemon = Arc::clone(&daemon);
-            let mut rng = vpc_sim::rand::Rng::seeded(seed);
-            tokio::spawn(async move {
-                loop {
-                    let period = ipamd::daemon::SCARCITY_CHECK_PERIOD;
-                    tokio::time::sleep(period.mul_f64(0.5 + rng.unit())).await;
-                    daemon.check_subnet_scarcity().await;
-                }
-            })
-        };
+        // ipamd's own loops, as its main runs them.
+        let mut rng = vpc_sim::rand::Rng::seeded(seed);
+        let tasks = daemon.spawn_loops(config.reconcile_interval, move || rng.unit());
         Ok(Ours {
             daemon,
             view,
-            tasks: vec![controller, reconciler, scarcity],
+            tasks,
         })
     }
 }

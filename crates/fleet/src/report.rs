@@ -47,6 +47,26 @@ pub struct Side {
     pub placed_at_s: Vec<f64>,
 }
 
+impl std::fmt::Display for Side {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.1} calls/node, {} throttled, {}/{} placed, {} failed ({} by throttling), {} delayed, {} with a failed ADD, p50 {} ms, p99 {} ms, {} idle",
+            self.ec2_calls_per_node,
+            self.throttled_calls,
+            self.pods_placed,
+            self.pods_bound,
+            self.pods_failed,
+            self.pods_failed_throttling,
+            self.pods_delayed,
+            self.pods_with_failed_add,
+            self.address_p50_ms,
+            self.address_p99_ms,
+            self.idle_addresses
+        )
+    }
+}
+
 fn percentile(sorted: &[u64], p: f64) -> u64 {
     if sorted.is_empty() {
         return 0;

@@ -240,44 +240,24 @@ pub async fn run(scenario: &Scenario, algorithm: &Algorithm, seed: u64) -> anyho
         let node_seed = seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9);
         nodes.push(tokio::spawn(async move {
             tokio::time::sleep(plan.launch).await;
+            let life = Life {
+                account: &account,
+                records: &records,
+                horizon,
+                lifetime_mean,
+                seed: node_seed,
+                end,
+            };
             match algorithm {
                 Algorithm::Ours(env) => {
-                    let cni = crash_loop(&account, horizon, || {
-                        Ours::start(&account, &plan.instance, &env, node_seed)
-                    })
-                    .await?;
-                    Some(
-                        node(
-                            Arc::new(cni),
-                            &account,
-                            &records,
-                            plan,
-                            horizon,
-                            lifetime_mean,
-                            node_seed,
-                            end,
-                        )
-                        .await,
-                    )
+                    let start = || Ours::start(&account, &plan.instance, &env, node_seed);
+                    life.run(crash_loop(&account, horizon, start).await?, plan)
+                        .await
                 }
                 Algorithm::GoCni(targets) => {
-                    let cni = crash_loop(&account, horizon, || {
-                        GoCni::start(&account, &plan.instance, targets, node_seed)
-                    })
-                    .await?;
-                    Some(
-                        node(
-                            Arc::new(cni),
-                            &account,
-                            &records,
-                            plan,
-                            horizon,
-                            lifetime_mean,
-                            node_seed,
-                            end,
-                        )
-                        .await,
-                    )
+                    let start = || GoCni::start(&account, &plan.instance, targets, node_seed);
+                    life.run(crash_loop(&account, horizon, start).await?, plan)
+                        .await
                 }
             }
         }));
@@ -318,42 +298,47 @@ where
     }
 }
 
-/// One node's life: its pods bound, run and (with churn) replaced until `end`; returns the
-/// addresses it holds unused then.
-#[allow(clippy::too_many_arguments)]
-async fn node<C: Cni>(
-    cni: Arc<C>,
-    account: &Arc<Account>,
-    records: &Records,
-    plan: Plan,
+/// What a node's life needs besides its CNI and its plan.
+struct Life<'a> {
+    account: &'a Arc<Account>,
+    records: &'a Records,
     horizon: Duration,
     lifetime_mean: Option<Duration>,
     seed: u64,
     end: Instant,
-) -> u32 {
-    let mut slots = Vec::new();
-    for (slot, (at, first_life)) in plan.pods.into_iter().enumerate() {
-        let cni = Arc::clone(&cni);
-        let account = Arc::clone(account);
-        let records = records.clone();
-        let instance = plan.instance.clone();
-        slots.push(tokio::spawn(async move {
-            let mut rng = Rng::seeded(seed ^ (slot as u64 + 1).wrapping_mul(0x85eb_ca6b));
-            tokio::time::sleep(at).await;
-            let mut life = first_life;
-            for generation in 0.. {
-                let name = format!("{instance}-{slot}-{generation}");
-                let ran = run_pod(&*cni, &account, &records, &name, horizon, life).await;
-                if !ran || life.is_none() || account.elapsed() >= horizon {
-                    break;
+}
+
+impl Life<'_> {
+    /// One node's life: its pods bound, run and (with churn) replaced until the end; returns
+    /// the addresses it holds unused then.
+    async fn run<C: Cni>(&self, cni: C, plan: Plan) -> Option<u32> {
+        let cni = Arc::new(cni);
+        let mut slots = Vec::new();
+        for (slot, (at, first_life)) in plan.pods.into_iter().enumerate() {
+            let cni = Arc::clone(&cni);
+            let account = Arc::clone(self.account);
+            let records = self.records.clone();
+            let instance = plan.instance.clone();
+            let (horizon, lifetime_mean) = (self.horizon, self.lifetime_mean);
+            let seed = self.seed ^ (slot as u64 + 1).wrapping_mul(0x85eb_ca6b);
+            slots.push(tokio::spawn(async move {
+                let mut rng = Rng::seeded(seed);
+                tokio::time::sleep(at).await;
+                let mut life = first_life;
+                for generation in 0.. {
+                    let name = format!("{instance}-{slot}-{generation}");
+                    let ran = run_pod(&*cni, &account, &records, &name, horizon, life).await;
+                    if !ran || life.is_none() || account.elapsed() >= horizon {
+                        break;
+                    }
+                    life = lifetime_mean.map(|mean| mean.mul_f64(-(1.0 - rng.unit()).ln()));
                 }
-                life = lifetime_mean.map(|mean| mean.mul_f64(-(1.0 - rng.unit()).ln()));
-            }
-        }));
+            }));
+        }
+        tokio::time::sleep_until(self.end).await;
+        for s in slots {
+            s.abort();
+        }
+        Some(cni.idle())
     }
-    tokio::time::sleep_until(end).await;
-    for s in slots {
-        s.abort();
-    }
-    cni.idle()
 }

@@ -6,20 +6,7 @@ use fleet::report::Side;
 use fleet::scenario::Kind;
 
 fn show(name: &str, s: &Side) {
-    eprintln!(
-        "{name}: {:.1} calls/node, {} throttled, {}/{} placed, {} failed ({} by throttling), {} delayed, {} with a failed ADD, p50 {} ms, p99 {} ms, {} idle",
-        s.ec2_calls_per_node,
-        s.throttled_calls,
-        s.pods_placed,
-        s.pods_bound,
-        s.pods_failed,
-        s.pods_failed_throttling,
-        s.pods_delayed,
-        s.pods_with_failed_add,
-        s.address_p50_ms,
-        s.address_p99_ms,
-        s.idle_addresses
-    );
+    eprintln!("{name}: {s}");
 }
 
 #[test]

@@ -131,25 +131,6 @@ fn a_cordoned_node_gives_back_its_warm_addresses_and_adds_no_eni() {
     assert!(sim.pool.counts(sim.now).available >= 9);
 }
 
-fn targets() -> impl Strategy<Value = Targets> {
-    (
-        0u32..3,
-        prop_oneof![Just(0u32), 1u32..12],
-        prop_oneof![Just(0u32), 1u32..30],
-        0u32..3,
-        any::<bool>(),
-    )
-        .prop_map(
-            |(warm_eni, warm_ip, minimum_ip, warm_prefix, prefix_delegation)| Targets {
-                warm_eni,
-                warm_ip,
-                minimum_ip,
-                warm_prefix,
-                prefix_delegation,
-            },
-        )
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 

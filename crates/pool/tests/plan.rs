@@ -543,26 +543,6 @@ fn the_pool_ignores_a_mode_it_is_not_in() {
     assert_eq!(plan, Plan::default());
 }
 
-/// Targets a node may be configured with, prefix delegation included.
-fn targets() -> impl Strategy<Value = Targets> {
-    (
-        0u32..4,
-        prop_oneof![Just(0u32), 1u32..20],
-        prop_oneof![Just(0u32), 1u32..40],
-        0u32..3,
-        any::<bool>(),
-    )
-        .prop_map(
-            |(warm_eni, warm_ip, minimum_ip, warm_prefix, prefix_delegation)| Targets {
-                warm_eni,
-                warm_ip,
-                minimum_ip,
-                warm_prefix,
-                prefix_delegation,
-            },
-        )
-}
-
 #[derive(Clone, Debug)]
 enum Step {
     AddPods(u8),

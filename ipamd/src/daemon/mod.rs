@@ -631,3 +631,61 @@ fn log_changes(what: &str, changes: &[String]) {
         info!("{what}: {}", changes.join("; "));
     }
 }
+
+/// The daemon's background loops, as ipamd's `main` runs them (and the fleet simulator with
+/// them). Each runs until its task is aborted.
+impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+    /// Spawns the controller, the reconciler (every `reconcile`) and the subnet-scarcity check
+    /// (spread by `spread`); the caller aborts the tasks at shutdown.
+    pub fn spawn_loops(
+        self: &Arc<Self>,
+        reconcile: Duration,
+        spread: impl FnMut() -> f64 + Send + 'static,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        let controller = Arc::clone(self);
+        let reconciler = Arc::clone(self);
+        let scarcity = Arc::clone(self);
+        vec![
+            tokio::spawn(async move { controller.run_controller().await }),
+            tokio::spawn(async move { reconciler.run_reconciler(reconcile).await }),
+            tokio::spawn(async move { scarcity.run_scarcity_checks(spread).await }),
+        ]
+    }
+
+    /// The controller: a round every [`crate::CONTROLLER_PERIOD`], or at once when an ADD, a
+    /// DEL or a change in the cluster asks for one.
+    pub async fn run_controller(&self) {
+        let mut cluster = self.cluster_view();
+        // A view nobody updates (no cluster) never changes: stop asking it.
+        let mut followed = true;
+        loop {
+            self.track_waits();
+            tokio::select! {
+                () = tokio::time::sleep(crate::CONTROLLER_PERIOD) => {}
+                () = self.kicked() => {}
+                changed = cluster.changed(), if followed => match changed {
+                    Ok(()) => self.cluster_changed(),
+                    Err(_) => followed = false,
+                },
+            }
+            self.grow().await;
+        }
+    }
+
+    /// The reconciliation with IMDS, every `period`.
+    pub async fn run_reconciler(&self, period: Duration) {
+        loop {
+            tokio::time::sleep(period).await;
+            self.reconcile().await;
+        }
+    }
+
+    /// The subnet-scarcity check, every [`SCARCITY_CHECK_PERIOD`] spread over half of it
+    /// either way (`spread` draws from [0, 1)), so a fleet does not ask at once.
+    pub async fn run_scarcity_checks(&self, mut spread: impl FnMut() -> f64) {
+        loop {
+            tokio::time::sleep(SCARCITY_CHECK_PERIOD.mul_f64(0.5 + spread())).await;
+            self.check_subnet_scarcity().await;
+        }
+    }
+}

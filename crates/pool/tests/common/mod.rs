@@ -4,6 +4,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use pool::*;
+use proptest::prelude::*;
 
 pub const COOLDOWN: Duration = Duration::from_secs(30);
 
@@ -437,4 +438,24 @@ impl Sim {
         enis.sort_by_key(|e| e.device_number);
         enis.into_iter().map(|e| e.id.clone()).collect()
     }
+}
+
+/// Targets a node may be configured with, prefix delegation included.
+pub fn targets() -> impl Strategy<Value = Targets> {
+    (
+        0u32..4,
+        prop_oneof![Just(0u32), 1u32..20],
+        prop_oneof![Just(0u32), 1u32..40],
+        0u32..3,
+        any::<bool>(),
+    )
+        .prop_map(
+            |(warm_eni, warm_ip, minimum_ip, warm_prefix, prefix_delegation)| Targets {
+                warm_eni,
+                warm_ip,
+                minimum_ip,
+                warm_prefix,
+                prefix_delegation,
+            },
+        )
 }
