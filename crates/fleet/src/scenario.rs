@@ -251,13 +251,17 @@ pub async fn run(scenario: &Scenario, algorithm: &Algorithm, seed: u64) -> anyho
             match algorithm {
                 Algorithm::Ours(env) => {
                     let start = || Ours::start(&account, &plan.instance, &env, node_seed);
-                    life.run(crash_loop(&account, horizon, start).await?, plan)
-                        .await
+                    Some(
+                        life.run(crash_loop(&account, horizon, start).await?, plan)
+                            .await,
+                    )
                 }
                 Algorithm::GoCni(targets) => {
                     let start = || GoCni::start(&account, &plan.instance, targets, node_seed);
-                    life.run(crash_loop(&account, horizon, start).await?, plan)
-                        .await
+                    Some(
+                        life.run(crash_loop(&account, horizon, start).await?, plan)
+                            .await,
+                    )
                 }
             }
         }));
@@ -311,7 +315,7 @@ struct Life<'a> {
 impl Life<'_> {
     /// One node's life: its pods bound, run and (with churn) replaced until the end; returns
     /// the addresses it holds unused then.
-    async fn run<C: Cni>(&self, cni: C, plan: Plan) -> Option<u32> {
+    async fn run<C: Cni>(&self, cni: C, plan: Plan) -> u32 {
         let cni = Arc::new(cni);
         let mut slots = Vec::new();
         for (slot, (at, first_life)) in plan.pods.into_iter().enumerate() {
@@ -339,6 +343,6 @@ impl Life<'_> {
         for s in slots {
             s.abort();
         }
-        Some(cni.idle())
+        cni.idle()
     }
 }

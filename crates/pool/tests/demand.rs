@@ -9,6 +9,16 @@ use common::*;
 use pool::*;
 use proptest::prelude::*;
 
+/// Starts up to `n` pods one at a time, the controller settling after each.
+fn start_pods(sim: &mut Sim, n: usize) {
+    for _ in 0..n {
+        if !sim.add_pod() {
+            break;
+        }
+        sim.converge();
+    }
+}
+
 fn limits(max_enis: u32, per_eni: u32, max_pods: u32) -> NodeLimits {
     NodeLimits {
         max_enis,
@@ -146,12 +156,7 @@ proptest! {
         pending in 0u32..60,
     ) {
         let mut sim = Sim::new(limits(max_enis, per_eni, 250), t);
-        for _ in 0..running {
-            if !sim.add_pod() {
-                break;
-            }
-            sim.converge();
-        }
+        start_pods(&mut sim, running);
         sim.pending = pending;
         let before: BTreeSet<String> = sim.pool.enis().map(|e| e.id.clone()).collect();
         let grown = settle(&mut sim);
@@ -182,12 +187,7 @@ proptest! {
         running in 0usize..25,
     ) {
         let mut sim = Sim::new(limits(max_enis, per_eni, 250), t);
-        for _ in 0..running {
-            if !sim.add_pod() {
-                break;
-            }
-            sim.converge();
-        }
+        start_pods(&mut sim, running);
         let pods = sim.pods.len() as u32;
         sim.advance(RELEASE_INTERVAL.max(MIN_ENI_AGE));
         sim.draining = true;
