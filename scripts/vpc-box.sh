@@ -41,7 +41,8 @@
 #       Prints what the doctor prints and exits with its status: 0 healthy, 1 degraded,
 #       2 broken, 3 when the doctor could not run.
 #   vpc-box.sh load-image --name NAME --image FILE
-#       Loads an image archive (scripts/image.sh) on every node of a --kube box.
+#       Loads an image archive (scripts/image.sh, or any OCI archive) into every node's
+#       containerd on a --kube box, whether its ipamd runs as a process or as the DaemonSet.
 #   vpc-box.sh deploy --name NAME --tag TAG
 #       Applies the DaemonSet (config/kubernetes/ and the box's overlay) with image
 #       localhost/vpc-cni:TAG, loaded beforehand, and waits for its rollout.
@@ -257,6 +258,27 @@ down() {
   rm -rf "$dir"
 }
 
+# The tentative (duplicate address detection) IPv6 addresses of the box's namespaces, one
+# "NAMESPACE ADDRESS" a line; none once every link can carry traffic.
+tentative() {
+  local ns
+  while read -r ns; do
+    [ -e "/run/netns/$ns" ] || continue
+    ip -n "$ns" -6 -o addr show tentative 2>/dev/null | awk -v ns="$ns" '{print ns, $4}'
+  done <"$1/namespaces"
+}
+
+none_tentative() { [ -z "$(tentative "$1")" ]; }
+
+# Returns once no address in the box's namespaces is tentative. The fabric turns DAD off before
+# it makes a link, so this normally returns at once; it is the check that `up` never hands out
+# a box whose links cannot yet carry a packet, as a still-tentative link-local address cannot.
+links_settled() {
+  local dir=$1
+  wait_for 10 none_tentative "$dir" && return 0
+  die "addresses still tentative (duplicate address detection) after 10 s: $(tentative "$dir" | paste -sd, -)"
+}
+
 up() {
   local name=$1 nodes=$2 itype=$3; shift 3
   local dir=$RUN_ROOT/$name sim_args=() envs=() i kube=0 k8s image="" tag=""
@@ -336,6 +358,7 @@ up() {
     kube_info=$(kube_json "$dir" "$name")
     k8s_nodes=$(for i in $(seq "$nodes"); do cat "$dir/node$i/k8s_node"; done | jq -R . | jq -s .)
   fi
+  links_settled "$dir"
   trap - EXIT
   local pids ds=false confs bins
   pids=$(for i in $(seq "$nodes"); do recorded_pid "$dir" "ipamd-node$i"; done | jq -s .)
@@ -443,7 +466,7 @@ case $cmd in
     fi
     up "$name" "$nodes" "$itype" "${rest[@]}";;
   load-image)
-    daemonset_box "$dir" || die "box $name runs no DaemonSet (up --kube --ipamd daemonset)"
+    [ -f "$(kube_kubeconfig "$dir")" ] || die "box $name has no Kubernetes (it was not made with up --kube)"
     [ -f "$image_file" ] || die "--image FILE is required and must exist"
     for i in $(seq "$(jq '.nodes | length' "$dir/sim/sim.json")"); do
       kube_import "$dir" "$i" "$(realpath "$image_file")" || die "could not load $image_file on node $i"

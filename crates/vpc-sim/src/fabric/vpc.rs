@@ -34,10 +34,16 @@ pub(super) const VPC_SYSCTLS: &[(&str, &str)] = &[
 ];
 
 /// IPv6 sysctls of a namespace when the VPC has IPv6. IPv6 is on in a new namespace unless the
-/// host says otherwise (`devconf_inherit_init_net`), so it is switched on explicitly.
+/// host says otherwise (`devconf_inherit_init_net`), so it is switched on explicitly. Duplicate
+/// address detection is off, set before any link exists so every link made or moved here
+/// inherits it: EC2's links finished DAD long before a pod exists, while here a link-local
+/// address the kernel adds stays tentative for a second or two, and the first packet across
+/// the box met a link that could not yet carry it.
 pub(super) const IPV6_ON: &[(&str, &str)] = &[
     ("net.ipv6.conf.all.disable_ipv6", "0"),
     ("net.ipv6.conf.default.disable_ipv6", "0"),
+    ("net.ipv6.conf.all.accept_dad", "0"),
+    ("net.ipv6.conf.default.accept_dad", "0"),
 ];
 
 /// IPv6 sysctls of the VPC and node namespaces besides [`IPV6_ON`]: both forward, as they do
