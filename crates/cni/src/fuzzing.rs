@@ -1,5 +1,5 @@
 //! Checks run by the fuzz targets in `fuzz/` and by the corpus replay test
-//! (`tests/fuzz_corpus.rs`), kept here so both run exactly the same code. Not part of the API.
+//! (`tests/it/fuzz_corpus.rs`), kept here so both run exactly the same code. Not part of the API.
 //!
 //! Each check takes arbitrary bytes and panics when a parser panics or breaks an invariant the
 //! parser's documentation promises; an input the parser rightly rejects is not a failure.

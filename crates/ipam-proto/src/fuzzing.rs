@@ -1,5 +1,5 @@
 //! Checks run by the fuzz target in `fuzz/` and by the corpus replay test
-//! (`tests/fuzz_corpus.rs`), kept here so both run exactly the same code. Not part of the API.
+//! (`tests/it/fuzz_corpus.rs`), kept here so both run exactly the same code. Not part of the API.
 
 use std::io::Cursor;
 

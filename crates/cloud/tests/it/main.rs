@@ -1,0 +1,3 @@
+//! The integration tests of `cloud`, one binary with a module per scenario file.
+
+mod moto_smoke;

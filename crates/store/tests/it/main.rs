@@ -1,0 +1,3 @@
+//! The integration tests of `store`, one binary with a module per scenario file.
+
+mod checkpoint;

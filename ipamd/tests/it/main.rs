@@ -1,0 +1,14 @@
+//! The integration tests of `ipamd`, one binary with a module per scenario file.
+
+mod support;
+
+mod cluster;
+mod daemon;
+mod damaged_state;
+mod enis;
+mod ipv6;
+mod lost_answers;
+mod recovery;
+mod scheduler;
+mod shrink;
+mod socket;
