@@ -11,11 +11,13 @@ pub mod fuzz;
 pub mod http;
 pub mod netns;
 pub mod promtool;
+pub mod steps;
 pub mod wait;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+pub use steps::Steps;
 pub use wait::{wait_for, wait_ok, wait_until, within};
 
 /// `<prefix><pid>-<n>`: unique among the processes running now, and within this one.

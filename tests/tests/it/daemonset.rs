@@ -16,6 +16,7 @@ use e2e::{
     run_bounded,
 };
 use serde_json::Value;
+use testkit::Steps;
 
 const APP: &str = "web";
 /// Scheduling, sandboxes and ADDs of a few pods on a loaded two-core machine.
@@ -225,163 +226,207 @@ fn the_daemonset_serves_pods_and_keeps_them_through_a_roll_and_a_delete() {
         ],
     );
 
-    // The DaemonSet is Ready on both nodes and installed the plugin and the conflist there.
-    let status = daemonset_status(&vbox);
-    assert_eq!(status["desiredNumberScheduled"], 2, "{status}");
-    assert_eq!(status["numberReady"], 2, "{status}");
-    for i in 1..=2 {
-        let node = vbox.node(i);
-        assert_eq!(node.ipamd_pid, None, "the box started an ipamd itself");
-        assert!(
-            node_path(&vbox, i, CONFLIST).is_file(),
-            "node {i}: no conflist"
-        );
-        // It reads the cluster from inside the pod (TLS to the API server included).
-        testkit::wait_ok(EVENT, "ipamd answered by the API server", || {
-            let cluster = &node.get_json(&format!("{INTROSPECT}/v1/pool"))["Cluster"];
-            (cluster["Api"] == "answering")
-                .then_some(())
-                .ok_or_else(|| cluster.to_string())
-        });
-    }
-    runs_in_an_empty_root(&node_path(&vbox, 1, PLUGIN));
-
-    // A Deployment's pods get VPC addresses and reach each other across the nodes.
-    vbox.apply(&deployment(APP, 4, None));
+    let mut steps = Steps::new("the DaemonSet through a roll and a delete");
     let selector = format!("app={APP}");
-    let pods = vbox.wait_running(&selector, 4, PODS_UP);
-    let before = addresses(&pods);
-    let k8s1 = vbox.node(1).k8s_node.clone().expect("a Kubernetes node");
-    let (on1, on2): (Vec<&Value>, Vec<&Value>) =
-        pods.iter().partition(|p| p["spec"]["nodeName"] == k8s1);
-    let (a, b) = (pod_name(on1[0]), pod_ip(on2[0]));
-    assert!(vbox.pings(a, b), "{a} -> {b}");
-    assert!(vbox.pings(pod_name(on2[0]), pod_ip(on1[0])), "back");
-    every_address_accounted_for(&vbox, &pods);
+
+    // The DaemonSet is Ready on both nodes and installed the plugin and the conflist there.
+    steps.step("the DaemonSet ready on both nodes", || {
+        let status = daemonset_status(&vbox);
+        assert_eq!(status["desiredNumberScheduled"], 2, "{status}");
+        assert_eq!(status["numberReady"], 2, "{status}");
+        for i in 1..=2 {
+            let node = vbox.node(i);
+            assert_eq!(node.ipamd_pid, None, "the box started an ipamd itself");
+            assert!(
+                node_path(&vbox, i, CONFLIST).is_file(),
+                "node {i}: no conflist"
+            );
+            // It reads the cluster from inside the pod (TLS to the API server included).
+            testkit::wait_ok(EVENT, "ipamd answered by the API server", || {
+                let cluster = &node.get_json(&format!("{INTROSPECT}/v1/pool"))["Cluster"];
+                (cluster["Api"] == "answering")
+                    .then_some(())
+                    .ok_or_else(|| cluster.to_string())
+            });
+        }
+    });
+    steps.step("the installed plugin runs in an empty root", || {
+        runs_in_an_empty_root(&node_path(&vbox, 1, PLUGIN));
+    });
+
+    // A Deployment's pods get VPC addresses and reach each other across the nodes. What the
+    // later steps need of them: their addresses, and a pod on node 1 (`a`) that pings one on
+    // node 2 (`b`, its address).
+    let up = steps.step("pods addressed and reaching each other", || {
+        vbox.apply(&deployment(APP, 4, None));
+        let pods = vbox.wait_running(&selector, 4, PODS_UP);
+        let before = addresses(&pods);
+        let k8s1 = vbox.node(1).k8s_node.clone().expect("a Kubernetes node");
+        let (on1, on2): (Vec<&Value>, Vec<&Value>) =
+            pods.iter().partition(|p| p["spec"]["nodeName"] == k8s1);
+        let (a, b) = (pod_name(on1[0]), pod_ip(on2[0]));
+        assert!(vbox.pings(a, b), "{a} -> {b}");
+        assert!(vbox.pings(pod_name(on2[0]), pod_ip(on1[0])), "back");
+        every_address_accounted_for(&vbox, &pods);
+        (before, a.to_string(), b)
+    });
 
     // `ipamd doctor`, run in the node's DaemonSet pod as an operator runs it (its /host
     // mounts, the pod's environment), finds the serving node healthy.
-    let (code, stdout) = vbox.doctor(1, &["--json"]);
-    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
-        panic!("ipamd doctor --json (exit {code}) printed no JSON ({e}): {stdout}")
+    steps.step("ipamd doctor finds the node healthy", || {
+        let (code, stdout) = vbox.doctor(1, &["--json"]);
+        let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+            panic!("ipamd doctor --json (exit {code}) printed no JSON ({e}): {stdout}")
+        });
+        let problems: Vec<&Value> = report["findings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|f| !matches!(f["severity"].as_str(), Some("ok" | "info")))
+            .collect();
+        assert_eq!(
+            (code, report["verdict"].as_str()),
+            (0, Some("healthy")),
+            "{}: {problems:#?}",
+            report["summary"]
+        );
     });
-    let problems: Vec<&Value> = report["findings"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|f| !matches!(f["severity"].as_str(), Some("ok" | "info")))
-        .collect();
-    assert_eq!(
-        (code, report["verdict"].as_str()),
-        (0, Some("healthy")),
-        "{}: {problems:#?}",
-        report["summary"]
-    );
 
     // Rolled to a new tag while `a` pings `b` every 100 ms.
-    let conflist = inode(&node_path(&vbox, 1, CONFLIST));
-    let plugin = inode(&node_path(&vbox, 1, PLUGIN));
-    let plugin_bytes = std::fs::read(node_path(&vbox, 1, PLUGIN)).expect("the plugin");
-    let old: BTreeSet<String> = daemonset_pods(&vbox).into_iter().map(|p| p.0).collect();
-    let next = retagged_image("e2e-next");
-    vbox.load_image(&next);
-    let deadline = PING_SECS.to_string();
-    let target = b.to_string();
-    let (ping, rolled) = std::thread::scope(|s| {
-        let pinger = s.spawn(|| {
-            // Bounded above the pings' own deadline, so they always end by themselves.
-            vbox.kubectl_bounded(
-                PING_SECS as u32 + 30,
-                &[
-                    "exec", a, "--", "ping", "-i", "0.1", "-w", &deadline, &target,
-                ],
-                None,
-            )
-        });
-        let started = Instant::now();
-        vbox.deploy("e2e-next");
-        let rolled = started.elapsed();
-        (pinger.join().expect("the pinging thread"), rolled)
-    });
-    assert!(
-        rolled < Duration::from_secs(PING_SECS),
-        "the rollout took {rolled:?}, longer than the pings ({PING_SECS} s) cover"
+    steps.step_with(
+        "rolled to a new tag under pings",
+        up.as_ref(),
+        |(before, a, b)| {
+            let conflist = inode(&node_path(&vbox, 1, CONFLIST));
+            let plugin = inode(&node_path(&vbox, 1, PLUGIN));
+            let plugin_bytes = std::fs::read(node_path(&vbox, 1, PLUGIN)).expect("the plugin");
+            let old: BTreeSet<String> = daemonset_pods(&vbox).into_iter().map(|p| p.0).collect();
+            let next = retagged_image("e2e-next");
+            vbox.load_image(&next);
+            let deadline = PING_SECS.to_string();
+            let target = b.to_string();
+            let (ping, rolled) = std::thread::scope(|s| {
+                let pinger = s.spawn(|| {
+                    // Bounded above the pings' own deadline, so they always end by themselves.
+                    vbox.kubectl_bounded(
+                        PING_SECS as u32 + 30,
+                        &[
+                            "exec", a, "--", "ping", "-i", "0.1", "-w", &deadline, &target,
+                        ],
+                        None,
+                    )
+                });
+                let started = Instant::now();
+                vbox.deploy("e2e-next");
+                let rolled = started.elapsed();
+                (pinger.join().expect("the pinging thread"), rolled)
+            });
+            assert!(
+                rolled < Duration::from_secs(PING_SECS),
+                "the rollout took {rolled:?}, longer than the pings ({PING_SECS} s) cover"
+            );
+            let output = String::from_utf8_lossy(&ping.stdout);
+            let (sent, received) = ping_counts(&output);
+            eprintln!(
+                "rollout in {:.1} s; {sent} pings sent, {received} answered",
+                rolled.as_secs_f64()
+            );
+            assert!(sent >= PING_SECS * 5, "too few pings to tell: {output}");
+            assert_eq!(received, sent, "pings lost during the roll: {output}");
+            let now = daemonset_pods(&vbox);
+            assert_eq!(now.len(), 2, "{now:?}");
+            for (uid, node, image) in &now {
+                assert!(!old.contains(uid), "{node}'s pod was not replaced");
+                assert_eq!(image, "localhost/vpc-cni:e2e-next");
+            }
+            assert_eq!(
+                inode(&node_path(&vbox, 1, CONFLIST)),
+                conflist,
+                "the unchanged conflist was rewritten"
+            );
+            assert_ne!(
+                inode(&node_path(&vbox, 1, PLUGIN)),
+                plugin,
+                "plugin not replaced"
+            );
+            assert_eq!(
+                std::fs::read(node_path(&vbox, 1, PLUGIN)).expect("the plugin"),
+                plugin_bytes
+            );
+            let pods = vbox.wait_running(&selector, 4, PODS_UP);
+            assert_eq!(
+                &addresses(&pods),
+                before,
+                "a pod's address changed in the roll"
+            );
+        },
     );
-    let output = String::from_utf8_lossy(&ping.stdout);
-    let (sent, received) = ping_counts(&output);
-    eprintln!(
-        "rollout in {:.1} s; {sent} pings sent, {received} answered",
-        rolled.as_secs_f64()
-    );
-    assert!(sent >= PING_SECS * 5, "too few pings to tell: {output}");
-    assert_eq!(received, sent, "pings lost during the roll: {output}");
-    let now = daemonset_pods(&vbox);
-    assert_eq!(now.len(), 2, "{now:?}");
-    for (uid, node, image) in &now {
-        assert!(!old.contains(uid), "{node}'s pod was not replaced");
-        assert_eq!(image, "localhost/vpc-cni:e2e-next");
-    }
-    assert_eq!(
-        inode(&node_path(&vbox, 1, CONFLIST)),
-        conflist,
-        "the unchanged conflist was rewritten"
-    );
-    assert_ne!(
-        inode(&node_path(&vbox, 1, PLUGIN)),
-        plugin,
-        "plugin not replaced"
-    );
-    assert_eq!(
-        std::fs::read(node_path(&vbox, 1, PLUGIN)).expect("the plugin"),
-        plugin_bytes
-    );
-    let pods = vbox.wait_running(&selector, 4, PODS_UP);
-    assert_eq!(
-        addresses(&pods),
-        before,
-        "a pod's address changed in the roll"
-    );
+
     // Pods created after the roll are wired too.
-    vbox.kubectl_ok(&["scale", "deployment", APP, "--replicas=6"]);
-    let pods = vbox.wait_running(&selector, 6, PODS_UP);
-    let after = addresses(&pods);
-    let new: Vec<&String> = after.keys().filter(|n| !before.contains_key(*n)).collect();
-    assert_eq!(new.len(), 2, "{after:?}");
-    for name in new {
-        assert!(vbox.pings(name, b), "new pod {name} -> {b}");
-    }
-    every_address_accounted_for(&vbox, &pods);
+    let after = steps.step_with(
+        "pods created after the roll wired",
+        up.as_ref(),
+        |(before, _, b)| {
+            vbox.kubectl_ok(&["scale", "deployment", APP, "--replicas=6"]);
+            let pods = vbox.wait_running(&selector, 6, PODS_UP);
+            let after = addresses(&pods);
+            let new: Vec<&String> = after.keys().filter(|n| !before.contains_key(*n)).collect();
+            assert_eq!(new.len(), 2, "{after:?}");
+            for name in new {
+                assert!(vbox.pings(name, *b), "new pod {name} -> {b}");
+            }
+            every_address_accounted_for(&vbox, &pods);
+            after
+        },
+    );
 
     // Deleted: the running pods keep their traffic, a new pod's ADD names the missing socket.
-    vbox.kubectl_ok(&["delete", "daemonset", "vpc-cni", "-n", "kube-system"]);
-    testkit::wait_until(EVENT, "the DaemonSet's pods gone", || {
-        daemonset_pods(&vbox).is_empty()
-    });
-    assert!(vbox.pings(a, b), "{a} -> {b} without the DaemonSet");
-    vbox.kubectl_ok(&["scale", "deployment", APP, "--replicas=7"]);
-    let waiting = testkit::wait_ok(EVENT, "a pod waiting for its sandbox", || {
-        vbox.pods(&selector)
-            .into_iter()
-            .find(|p| !after.contains_key(pod_name(p)))
-            .map(|p| pod_name(&p).to_string())
-            .ok_or("no new pod yet")
-    });
-    testkit::wait_until(EVENT, "the sandbox error naming ipamd's socket", || {
-        vbox.events_of(&waiting)
-            .iter()
-            .any(|m| m.contains("ipamd is not reachable at /run/vpc-cni/ipamd.sock"))
-    });
+    // (Applying it again waits for the 7 pods this step asks for: skipped when it failed.)
+    let deleted = steps.step_with(
+        "deleted: pods keep their traffic, a new ADD names the socket",
+        up.as_ref().zip(after.as_ref()),
+        |((_, a, b), after)| {
+            vbox.kubectl_ok(&["delete", "daemonset", "vpc-cni", "-n", "kube-system"]);
+            testkit::wait_until(EVENT, "the DaemonSet's pods gone", || {
+                daemonset_pods(&vbox).is_empty()
+            });
+            assert!(vbox.pings(a, *b), "{a} -> {b} without the DaemonSet");
+            vbox.kubectl_ok(&["scale", "deployment", APP, "--replicas=7"]);
+            let waiting = testkit::wait_ok(EVENT, "a pod waiting for its sandbox", || {
+                vbox.pods(&selector)
+                    .into_iter()
+                    .find(|p| !after.contains_key(pod_name(p)))
+                    .map(|p| pod_name(&p).to_string())
+                    .ok_or("no new pod yet")
+            });
+            testkit::wait_until(EVENT, "the sandbox error naming ipamd's socket", || {
+                vbox.events_of(&waiting)
+                    .iter()
+                    .any(|m| m.contains("ipamd is not reachable at /run/vpc-cni/ipamd.sock"))
+            });
+        },
+    );
 
     // Applied again: the waiting pod starts, and every address is accounted for.
-    vbox.deploy("e2e-next");
-    let pods = vbox.wait_running(&selector, 7, PODS_UP);
-    let last = addresses(&pods);
-    for (name, ip) in &after {
-        assert_eq!(last.get(name), Some(ip), "{name} changed address");
-    }
-    every_address_accounted_for(&vbox, &pods);
+    steps.step_with(
+        "applied again: every address accounted for",
+        deleted.and(after),
+        |after| {
+            vbox.deploy("e2e-next");
+            let pods = vbox.wait_running(&selector, 7, PODS_UP);
+            let last = addresses(&pods);
+            for (name, ip) in &after {
+                assert_eq!(last.get(name), Some(ip), "{name} changed address");
+            }
+            every_address_accounted_for(&vbox, &pods);
+        },
+    );
 
-    let logs = node_path(&vbox, 1, "/var/log/aws-routed-eni");
-    rotated(&logs, "ipamd.log", 2 * 1024, 2);
-    rotated(&logs, "plugin.log", 2 * 1024, 2);
+    steps.step("ipamd's and the plugin's logs rotated", || {
+        let logs = node_path(&vbox, 1, "/var/log/aws-routed-eni");
+        rotated(&logs, "ipamd.log", 2 * 1024, 2);
+        rotated(&logs, "plugin.log", 2 * 1024, 2);
+    });
+
+    steps.finish();
 }

@@ -15,6 +15,7 @@ use common::*;
 use e2e::{Node, Pod, VpcBox, require_root, run_bounded};
 use ipam_proto::AttachmentKey;
 use serde_json::{Value, json};
+use testkit::Steps;
 use testkit::netns::ip_in;
 
 /// What the bundle's top directory must hold, each part non-empty.
@@ -296,6 +297,11 @@ fn available_in(vbox: &VpcBox, id: &str) -> u64 {
         .expect("a count")
 }
 
+/// The EC2 parameters that name one `address` of ENI `eni` (Assign/UnassignPrivateIpAddresses).
+fn one_address<'a>(eni: &'a str, address: &'a str) -> [(&'static str, &'a str); 2] {
+    [("NetworkInterfaceId", eni), ("PrivateIpAddress.1", address)]
+}
+
 #[test]
 #[ignore = "needs root: run by scripts/test.sh as root"]
 fn the_doctor_names_each_fault_of_the_checklist() {
@@ -306,130 +312,184 @@ fn the_doctor_names_each_fault_of_the_checklist() {
     let node = vbox.node(1).clone();
     let ns = node.netns.as_str();
     let pods = pods_on_both_kinds_of_eni(&vbox);
-    for w in &pods {
-        assert!(
-            w.pod.ping_from_node(&w.ip),
-            "the node cannot reach {}",
-            w.ip
-        );
-    }
-    node.quiesce();
-    // The ADDs logged where the conflist says (the bundle's plugin.log comes from there).
-    let plugin_log = node.plugin_log.clone().expect("the node's plugin log");
-    assert!(
-        std::fs::metadata(&plugin_log).is_ok_and(|m| m.len() > 0),
-        "nothing in {plugin_log}"
-    );
-
-    // Healthy: exit 0, every check ok (or info).
-    let report = diagnose(&vbox);
-    assert_eq!(
-        report["verdict"],
-        "healthy",
-        "{}\n{}",
-        report["summary"],
-        problems(&report)
-    );
-
-    // The bundle: a gzip tarball whose top directory holds every part, none empty.
-    let tmp = tempfile::tempdir().expect("a temp dir");
-    let bundle = tmp.path().join("doctor.tar.gz");
-    let bundle_arg = bundle.to_str().expect("a UTF-8 path");
-    let (code, stdout) = vbox.doctor(1, &["--bundle", bundle_arg]);
-    assert_eq!(code, 0, "doctor --bundle on the healthy node: {stdout}");
-    let unpacked = tmp.path().join("unpacked");
-    std::fs::create_dir(&unpacked).expect("a directory to unpack into");
-    let tar = run_bounded(
-        30,
-        "tar",
-        &["-xzf", bundle_arg, "-C", unpacked.to_str().expect("UTF-8")],
-        None,
-    );
-    assert!(
-        tar.status.success(),
-        "tar -xzf {bundle_arg}: {}",
-        String::from_utf8_lossy(&tar.stderr)
-    );
-    let top = unpacked.join("vpc-cni-doctor");
-    let empty_or_missing: Vec<&str> = BUNDLE_PARTS
-        .iter()
-        .copied()
-        .filter(|part| std::fs::metadata(top.join(part)).map_or(true, |m| m.len() == 0))
-        .collect();
-    assert!(
-        empty_or_missing.is_empty(),
-        "missing or empty in the bundle: {empty_or_missing:?}; it holds {:?}",
-        std::fs::read_dir(&top)
-            .map(|d| d
-                .filter_map(|e| Some(e.ok()?.file_name()))
-                .collect::<Vec<_>>())
-            .unwrap_or_default()
-    );
-    let findings: Value =
-        serde_json::from_slice(&std::fs::read(top.join("findings.json")).expect("findings.json"))
-            .expect("findings.json is JSON");
-    assert_eq!(findings["verdict"], "healthy", "{findings:#}");
-
-    // Rule 512 of a pod on the primary ENI gone: `to <ip> lookup main`.
     let primary = pods
         .iter()
         .find(|w| w.device == 0)
         .expect("a primary-ENI pod");
-    let rule = format!("to {} lookup main pref 512", primary.ip);
-    ip_ns(ns, &format!("rule del {rule}"));
-    assert!(
-        !ip_ns(ns, "rule show pref 512")
-            .iter()
-            .any(|l| l.contains(&format!("to {} ", primary.ip))),
-        "rule 512 of {} still there",
-        primary.ip
-    );
-    expect_finding(&vbox, "pod-wiring", &["error"], &[&primary.ip]);
-    ip_ns(ns, &format!("rule add {rule}"));
-    healed(&vbox, "the removal of rule 512");
-
-    // Rule 1536 of a pod on a secondary ENI gone: `from <ip> lookup <table>`.
     let secondary = pods
         .iter()
         .find(|w| w.device > 0)
         .expect("a secondary-ENI pod");
-    let rule = format!("from {} lookup {} pref 1536", secondary.ip, secondary.table);
-    ip_ns(ns, &format!("rule del {rule}"));
-    assert!(
-        !ip_ns(ns, "rule show pref 1536")
+    // Each fault is named in one step and undone in another, so that a fault the doctor does
+    // not name is still undone before the next one; a fault that needs what was made of it
+    // (an ENI, an address) to be undone is made in a step of its own.
+    let mut steps = Steps::new("the doctor's checklist");
+    // The steps that undo a fault: `--fix` starts from the node they left healthy.
+    let mut undone: Vec<Option<()>> = Vec::new();
+
+    steps.step("the pods reachable from the node", || {
+        for w in &pods {
+            assert!(
+                w.pod.ping_from_node(&w.ip),
+                "the node cannot reach {}",
+                w.ip
+            );
+        }
+    });
+    node.quiesce();
+    // The ADDs logged where the conflist says (the bundle's plugin.log comes from there).
+    steps.step("the ADDs logged in the conflist's plugin log", || {
+        let plugin_log = node.plugin_log.clone().expect("the node's plugin log");
+        assert!(
+            std::fs::metadata(&plugin_log).is_ok_and(|m| m.len() > 0),
+            "nothing in {plugin_log}"
+        );
+    });
+
+    // Healthy: exit 0, every check ok (or info).
+    steps.step("healthy", || {
+        let report = diagnose(&vbox);
+        assert_eq!(
+            report["verdict"],
+            "healthy",
+            "{}\n{}",
+            report["summary"],
+            problems(&report)
+        );
+    });
+
+    // The bundle: a gzip tarball whose top directory holds every part, none empty.
+    steps.step("the bundle holds every part", || {
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let bundle = tmp.path().join("doctor.tar.gz");
+        let bundle_arg = bundle.to_str().expect("a UTF-8 path");
+        let (code, stdout) = vbox.doctor(1, &["--bundle", bundle_arg]);
+        assert_eq!(code, 0, "doctor --bundle on the healthy node: {stdout}");
+        let unpacked = tmp.path().join("unpacked");
+        std::fs::create_dir(&unpacked).expect("a directory to unpack into");
+        let tar = run_bounded(
+            30,
+            "tar",
+            &["-xzf", bundle_arg, "-C", unpacked.to_str().expect("UTF-8")],
+            None,
+        );
+        assert!(
+            tar.status.success(),
+            "tar -xzf {bundle_arg}: {}",
+            String::from_utf8_lossy(&tar.stderr)
+        );
+        let top = unpacked.join("vpc-cni-doctor");
+        let empty_or_missing: Vec<&str> = BUNDLE_PARTS
             .iter()
-            .any(|l| l.contains(&format!("from {} ", secondary.ip))),
-        "rule 1536 of {} still there",
-        secondary.ip
-    );
-    expect_finding(&vbox, "pod-wiring", &["error"], &[&secondary.ip]);
-    ip_ns(ns, &format!("rule add {rule}"));
-    healed(&vbox, "the removal of rule 1536");
+            .copied()
+            .filter(|part| std::fs::metadata(top.join(part)).map_or(true, |m| m.len() == 0))
+            .collect();
+        assert!(
+            empty_or_missing.is_empty(),
+            "missing or empty in the bundle: {empty_or_missing:?}; it holds {:?}",
+            std::fs::read_dir(&top)
+                .map(|d| d
+                    .filter_map(|e| Some(e.ok()?.file_name()))
+                    .collect::<Vec<_>>())
+                .unwrap_or_default()
+        );
+        let findings: Value = serde_json::from_slice(
+            &std::fs::read(top.join("findings.json")).expect("findings.json"),
+        )
+        .expect("findings.json is JSON");
+        assert_eq!(findings["verdict"], "healthy", "{findings:#}");
+    });
+
+    // Rule 512 of a pod on the primary ENI gone: `to <ip> lookup main`.
+    let rule = format!("to {} lookup main pref 512", primary.ip);
+    steps.step("rule 512 of a pod gone: named", || {
+        ip_ns(ns, &format!("rule del {rule}"));
+        assert!(
+            !ip_ns(ns, "rule show pref 512")
+                .iter()
+                .any(|l| l.contains(&format!("to {} ", primary.ip))),
+            "rule 512 of {} still there",
+            primary.ip
+        );
+        expect_finding(&vbox, "pod-wiring", &["error"], &[&primary.ip]);
+    });
+    undone.push(steps.step("rule 512 of a pod back: healthy", || {
+        ip_ns(ns, &format!("rule add {rule}"));
+        healed(&vbox, "the removal of rule 512");
+    }));
+
+    // Rule 1536 of a pod on a secondary ENI gone: `from <ip> lookup <table>`.
+    let rule = format!("from {} lookup {} pref 1536", secondary.ip, secondary.table);
+    steps.step("rule 1536 of a pod gone: named", || {
+        ip_ns(ns, &format!("rule del {rule}"));
+        assert!(
+            !ip_ns(ns, "rule show pref 1536")
+                .iter()
+                .any(|l| l.contains(&format!("from {} ", secondary.ip))),
+            "rule 1536 of {} still there",
+            secondary.ip
+        );
+        expect_finding(&vbox, "pod-wiring", &["error"], &[&secondary.ip]);
+    });
+    undone.push(steps.step("rule 1536 of a pod back: healthy", || {
+        ip_ns(ns, &format!("rule add {rule}"));
+        healed(&vbox, "the removal of rule 1536");
+    }));
 
     // An orphan route: an address of the pool that no pod holds, routed to a pod's veth.
-    let (_, orphan) = free_pool_address(&node);
-    let route = format!("{orphan}/32 dev {} scope link", primary.veth);
-    ip_ns(ns, &format!("route add {route}"));
-    expect_finding(&vbox, "orphans", &["warning"], &[&orphan]);
-    // Still there once the doctor had looked: nothing else took it away meanwhile.
-    assert!(
-        !ip_ns(ns, &format!("-4 route show {orphan}/32")).is_empty(),
-        "the orphan route to {orphan} went by itself"
+    let orphan_route = steps.step("an orphan route added", || {
+        let (_, orphan) = free_pool_address(&node);
+        let route = format!("{orphan}/32 dev {} scope link", primary.veth);
+        ip_ns(ns, &format!("route add {route}"));
+        (orphan, route)
+    });
+    steps.step_with(
+        "an orphan route named",
+        orphan_route.as_ref(),
+        |(orphan, _)| {
+            expect_finding(&vbox, "orphans", &["warning"], &[orphan]);
+            // Still there once the doctor had looked: nothing else took it away meanwhile.
+            assert!(
+                !ip_ns(ns, &format!("-4 route show {orphan}/32")).is_empty(),
+                "the orphan route to {orphan} went by itself"
+            );
+        },
     );
-    ip_ns(ns, &format!("route del {route}"));
-    healed(&vbox, "the orphan route");
+    undone.push(steps.step_with(
+        "the orphan route deleted: healthy",
+        orphan_route.as_ref(),
+        |(_, route)| {
+            ip_ns(ns, &format!("route del {route}"));
+            healed(&vbox, "the orphan route");
+        },
+    ));
 
     // An orphan rule: prio 512 for an address nobody holds.
-    let rule = format!("to {orphan} lookup main pref 512");
-    ip_ns(ns, &format!("rule add {rule}"));
-    expect_finding(&vbox, "orphans", &["warning"], &[&orphan]);
-    ip_ns(ns, &format!("rule del {rule}"));
-    healed(&vbox, "the orphan rule");
+    let orphan_rule = steps.step_with(
+        "an orphan rule added",
+        orphan_route.as_ref(),
+        |(orphan, _)| {
+            let rule = format!("to {orphan} lookup main pref 512");
+            ip_ns(ns, &format!("rule add {rule}"));
+            rule
+        },
+    );
+    steps.step_with(
+        "an orphan rule named",
+        orphan_route.as_ref().zip(orphan_rule.as_ref()),
+        |((orphan, _), _)| {
+            expect_finding(&vbox, "orphans", &["warning"], &[orphan]);
+        },
+    );
+    undone.push(
+        steps.step_with("the orphan rule deleted: healthy", orphan_rule, |rule| {
+            ip_ns(ns, &format!("rule del {rule}"));
+            healed(&vbox, "the orphan rule");
+        }),
+    );
 
     // SNAT: the POSTROUTING jump gone, then the chain itself. Each time the nat table is put
     // back exactly as ipamd left it.
-    let saved = exec_in(ns, "iptables-save", &["-t", "nat"], None);
-    let before = nat_rules(ns);
     let jump = [
         "-t",
         "nat",
@@ -442,188 +502,261 @@ fn the_doctor_names_each_fault_of_the_checklist() {
         "-j",
         "AWS-SNAT-CHAIN-0",
     ];
-    assert!(
-        before
-            .iter()
-            .any(|l| l.starts_with("-A POSTROUTING") && l.ends_with("-j AWS-SNAT-CHAIN-0")),
-        "no jump to AWS-SNAT-CHAIN-0 in {before:?}"
+    let nat = steps.step("the nat table saved, with its SNAT jump", || {
+        let saved = exec_in(ns, "iptables-save", &["-t", "nat"], None);
+        let before = nat_rules(ns);
+        assert!(
+            before
+                .iter()
+                .any(|l| l.starts_with("-A POSTROUTING") && l.ends_with("-j AWS-SNAT-CHAIN-0")),
+            "no jump to AWS-SNAT-CHAIN-0 in {before:?}"
+        );
+        (saved, before)
+    });
+    steps.step_with("the SNAT jump gone: named", nat.as_ref(), |_| {
+        exec_in(ns, "iptables", &jump, None);
+        expect_finding(&vbox, "snat", &["error"], &["AWS-SNAT-CHAIN-0"]);
+    });
+    let jump_back = steps.step_with(
+        "the nat table put back: healthy",
+        nat.as_ref(),
+        |(saved, before)| {
+            exec_in(ns, "iptables-restore", &[], Some(saved.as_bytes()));
+            assert_eq!(nat_rules(ns), *before, "the nat table as it was");
+            healed(&vbox, "the removal of the SNAT jump");
+        },
     );
-    exec_in(ns, "iptables", &jump, None);
-    expect_finding(&vbox, "snat", &["error"], &["AWS-SNAT-CHAIN-0"]);
-    exec_in(ns, "iptables-restore", &[], Some(saved.as_bytes()));
-    assert_eq!(nat_rules(ns), before, "the nat table as it was");
-    healed(&vbox, "the removal of the SNAT jump");
-    remove_snat_chain(ns, &jump);
-    assert!(
-        !nat_rules(ns).iter().any(|l| l.contains("AWS-SNAT-CHAIN-0")),
-        "AWS-SNAT-CHAIN-0 still there"
-    );
-    expect_finding(&vbox, "snat", &["error"], &["AWS-SNAT-CHAIN-0"]);
-    exec_in(ns, "iptables-restore", &[], Some(saved.as_bytes()));
-    assert_eq!(nat_rules(ns), before, "the nat table as it was");
-    healed(&vbox, "the removal of AWS-SNAT-CHAIN-0");
+    undone.push(jump_back);
+    // The chain's removal starts from the table put back (its jump included).
+    steps.step_with("the SNAT chain gone: named", jump_back, |()| {
+        remove_snat_chain(ns, &jump);
+        assert!(
+            !nat_rules(ns).iter().any(|l| l.contains("AWS-SNAT-CHAIN-0")),
+            "AWS-SNAT-CHAIN-0 still there"
+        );
+        expect_finding(&vbox, "snat", &["error"], &["AWS-SNAT-CHAIN-0"]);
+    });
+    undone.push(steps.step_with(
+        "the nat table put back again: healthy",
+        jump_back.and(nat.as_ref()),
+        |(saved, before)| {
+            exec_in(ns, "iptables-restore", &[], Some(saved.as_bytes()));
+            assert_eq!(nat_rules(ns), *before, "the nat table as it was");
+            healed(&vbox, "the removal of AWS-SNAT-CHAIN-0");
+        },
+    ));
 
     // Another conflist that sorts first in the conf dir shadows ours.
     let other = Path::new(&node.cni_conf_dir).join("00-other.conflist");
-    std::fs::write(
-        &other,
-        r#"{"cniVersion": "1.0.0", "name": "other", "plugins": [{"type": "bridge", "bridge": "cni0"}]}"#,
-    )
-    .expect("writing 00-other.conflist");
-    expect_finding(&vbox, "cni-conflist", &["error"], &["00-other.conflist"]);
-    std::fs::remove_file(&other).expect("removing 00-other.conflist");
-    healed(&vbox, "the shadowing conflist");
+    steps.step("a shadowing conflist named", || {
+        std::fs::write(
+            &other,
+            r#"{"cniVersion": "1.0.0", "name": "other", "plugins": [{"type": "bridge", "bridge": "cni0"}]}"#,
+        )
+        .expect("writing 00-other.conflist");
+        expect_finding(&vbox, "cni-conflist", &["error"], &["00-other.conflist"]);
+    });
+    undone.push(steps.step("the shadowing conflist removed: healthy", || {
+        std::fs::remove_file(&other).expect("removing 00-other.conflist");
+        healed(&vbox, "the shadowing conflist");
+    }));
 
     // A leaked ENI of ours: made by the vpc-cni of a node that died before deleting it
     // (available, with our instance tag and description, in the node's VPC).
-    let dead = "i-0deadfeed0000001";
-    let description = format!("aws-K8S-{dead}");
-    let xml = ec2_ok(
-        &vbox,
-        &[
-            ("Action", "CreateNetworkInterface"),
-            ("SubnetId", node.subnet_id.as_str()),
-            ("Description", description.as_str()),
-            ("TagSpecification.1.ResourceType", "network-interface"),
-            (
-                "TagSpecification.1.Tag.1.Key",
-                "node.k8s.amazonaws.com/instance_id",
-            ),
-            ("TagSpecification.1.Tag.1.Value", dead),
-        ],
-    );
-    let leaked = xml_value(&xml, "networkInterfaceId");
-    assert!(eni_ids(&vbox).contains(&leaked));
-    expect_finding(&vbox, "leaked-enis", &["warning"], &[&leaked]);
-    ec2_ok(
-        &vbox,
-        &[
-            ("Action", "DeleteNetworkInterface"),
-            ("NetworkInterfaceId", leaked.as_str()),
-        ],
-    );
-    assert!(!eni_ids(&vbox).contains(&leaked), "{leaked} still in EC2");
-    healed(&vbox, "the leaked ENI");
-
-    // The node's subnet exhausted: ENIs that are no one's (no tag, another description) take
-    // every address left, up to 50 each.
-    let subnet = node.subnet_id.clone();
-    let left = available_in(&vbox, &subnet);
-    let mut fillers = Vec::new();
-    for _ in 0..10 {
-        let available = available_in(&vbox, &subnet);
-        if available == 0 {
-            break;
-        }
-        let secondaries = (available - 1).min(49).to_string();
+    let leaked = steps.step("a leaked ENI made", || {
+        let dead = "i-0deadfeed0000001";
+        let description = format!("aws-K8S-{dead}");
         let xml = ec2_ok(
             &vbox,
             &[
                 ("Action", "CreateNetworkInterface"),
-                ("SubnetId", subnet.as_str()),
-                ("Description", "doctor test: takes the subnet's addresses"),
-                ("SecondaryPrivateIpAddressCount", secondaries.as_str()),
+                ("SubnetId", node.subnet_id.as_str()),
+                ("Description", description.as_str()),
+                ("TagSpecification.1.ResourceType", "network-interface"),
+                (
+                    "TagSpecification.1.Tag.1.Key",
+                    "node.k8s.amazonaws.com/instance_id",
+                ),
+                ("TagSpecification.1.Tag.1.Value", dead),
             ],
         );
-        fillers.push(xml_value(&xml, "networkInterfaceId"));
-    }
-    assert_eq!(
-        available_in(&vbox, &subnet),
-        0,
-        "the subnet is not exhausted"
+        xml_value(&xml, "networkInterfaceId")
+    });
+    steps.step_with("the leaked ENI named", leaked.as_ref(), |leaked| {
+        assert!(eni_ids(&vbox).contains(leaked));
+        expect_finding(&vbox, "leaked-enis", &["warning"], &[leaked]);
+    });
+    undone.push(
+        steps.step_with("the leaked ENI deleted: healthy", leaked, |leaked| {
+            ec2_ok(
+                &vbox,
+                &[
+                    ("Action", "DeleteNetworkInterface"),
+                    ("NetworkInterfaceId", leaked.as_str()),
+                ],
+            );
+            assert!(!eni_ids(&vbox).contains(&leaked), "{leaked} still in EC2");
+            healed(&vbox, "the leaked ENI");
+        }),
     );
-    expect_finding(&vbox, "subnet-capacity", &["warning", "error"], &[&subnet]);
-    for eni in &fillers {
-        ec2_ok(
-            &vbox,
-            &[
-                ("Action", "DeleteNetworkInterface"),
-                ("NetworkInterfaceId", eni.as_str()),
-            ],
+
+    // The node's subnet exhausted: ENIs that are no one's (no tag, another description) take
+    // every address left, up to 50 each.
+    let subnet = node.subnet_id.clone();
+    let filled = steps.step("the node's subnet filled", || {
+        let left = available_in(&vbox, &subnet);
+        let mut fillers = Vec::new();
+        for _ in 0..10 {
+            let available = available_in(&vbox, &subnet);
+            if available == 0 {
+                break;
+            }
+            let secondaries = (available - 1).min(49).to_string();
+            let xml = ec2_ok(
+                &vbox,
+                &[
+                    ("Action", "CreateNetworkInterface"),
+                    ("SubnetId", subnet.as_str()),
+                    ("Description", "doctor test: takes the subnet's addresses"),
+                    ("SecondaryPrivateIpAddressCount", secondaries.as_str()),
+                ],
+            );
+            fillers.push(xml_value(&xml, "networkInterfaceId"));
+        }
+        (left, fillers)
+    });
+    steps.step_with("the exhausted subnet named", filled.as_ref(), |_| {
+        assert_eq!(
+            available_in(&vbox, &subnet),
+            0,
+            "the subnet is not exhausted"
         );
-    }
-    assert_eq!(available_in(&vbox, &subnet), left, "the subnet as it was");
-    healed(&vbox, "the subnet's exhaustion");
+        expect_finding(&vbox, "subnet-capacity", &["warning", "error"], &[&subnet]);
+    });
+    undone.push(steps.step_with(
+        "the subnet's addresses given back: healthy",
+        filled,
+        |(left, fillers)| {
+            for eni in &fillers {
+                ec2_ok(
+                    &vbox,
+                    &[
+                        ("Action", "DeleteNetworkInterface"),
+                        ("NetworkInterfaceId", eni.as_str()),
+                    ],
+                );
+            }
+            assert_eq!(available_in(&vbox, &subnet), left, "the subnet as it was");
+            healed(&vbox, "the subnet's exhaustion");
+        },
+    ));
 
     // An EC2 action ipamd needs, denied by IAM: one the doctor makes anyway, then one only a
     // DryRun can test. (The address calls have no DryRun on EC2: the doctor learns of their
     // denial only from ipamd's refused calls, which a settled pool does not make.)
     for action in ["DescribeNetworkInterfaces", "CreateNetworkInterface"] {
-        vbox.set_iam(&json!({ "deny": [action] }));
-        expect_finding(&vbox, "iam", &["error"], &[action]);
-        vbox.set_iam(&json!({}));
-        healed(&vbox, &format!("the denial of {action}"));
+        steps.step(&format!("the denial of {action} named"), || {
+            vbox.set_iam(&json!({ "deny": [action] }));
+            expect_finding(&vbox, "iam", &["error"], &[action]);
+        });
+        undone.push(
+            steps.step(&format!("the denial of {action} lifted: healthy"), || {
+                vbox.set_iam(&json!({}));
+                healed(&vbox, &format!("the denial of {action}"));
+            }),
+        );
     }
 
     // IMDS out of step with EC2: IMDS frozen, then EC2 takes a free address off its ENI (IMDS
     // still shows it). Undone by giving the ENI that same address back.
-    let (eni, address) = free_pool_address(&node);
-    vbox.set_imds_frozen(true);
-    let unassign = [
-        ("NetworkInterfaceId", eni.as_str()),
-        ("PrivateIpAddress.1", address.as_str()),
-    ];
-    ec2_ok(
-        &vbox,
-        &[&[("Action", "UnassignPrivateIpAddresses")][..], &unassign].concat(),
+    let unassigned = steps.step("IMDS frozen, an address taken off its ENI", || {
+        let (eni, address) = free_pool_address(&node);
+        vbox.set_imds_frozen(true);
+        let unassign = one_address(&eni, &address);
+        ec2_ok(
+            &vbox,
+            &[&[("Action", "UnassignPrivateIpAddresses")][..], &unassign].concat(),
+        );
+        (eni, address)
+    });
+    steps.step_with(
+        "IMDS out of step with EC2 named",
+        unassigned.as_ref(),
+        |(eni, address)| {
+            expect_finding(&vbox, "imds-ec2", &["warning"], &[address, eni]);
+        },
     );
-    expect_finding(&vbox, "imds-ec2", &["warning"], &[&address, &eni]);
-    ec2_ok(
-        &vbox,
-        &[&[("Action", "AssignPrivateIpAddresses")][..], &unassign].concat(),
-    );
-    vbox.set_imds_frozen(false);
-    healed(&vbox, "IMDS's freeze");
+    undone.push(steps.step_with(
+        "the address given back, IMDS live: healthy",
+        unassigned.as_ref(),
+        |(eni, address)| {
+            let unassign = one_address(eni, address);
+            ec2_ok(
+                &vbox,
+                &[&[("Action", "AssignPrivateIpAddresses")][..], &unassign].concat(),
+            );
+            vbox.set_imds_frozen(false);
+            healed(&vbox, "IMDS's freeze");
+        },
+    ));
 
     // `--fix`: rules 512 and 1536 of live pods gone, an orphan route, the SNAT chain gone, all
-    // at once; the doctor repairs each (saying so first) and checks again: healthy.
-    let rule512 = format!("to {} lookup main pref 512", primary.ip);
-    let rule1536 = format!("from {} lookup {} pref 1536", secondary.ip, secondary.table);
-    ip_ns(ns, &format!("rule del {rule512}"));
-    ip_ns(ns, &format!("rule del {rule1536}"));
-    let (_, orphan) = free_pool_address(&node);
-    ip_ns(
-        ns,
-        &format!("route add {orphan}/32 dev {} scope link", primary.veth),
-    );
-    remove_snat_chain(ns, &jump);
-    expect_finding(&vbox, "pod-wiring", &["error"], &[&primary.ip]);
-    let fixed = diagnose_with(&vbox, &["--fix", "--json"]);
-    assert_eq!(
-        fixed["verdict"],
-        "healthy",
-        "after --fix: {}\n{}",
-        fixed["summary"],
-        problems(&fixed)
-    );
-    let rules = ip_ns(ns, "rule show");
-    for (pref, rule) in [
-        ("512:", format!("to {} lookup main", primary.ip)),
-        (
-            "1536:",
-            format!("from {} lookup {}", secondary.ip, secondary.table),
-        ),
-    ] {
-        assert!(
-            rules
-                .iter()
-                .any(|l| l.starts_with(pref) && l.contains(&rule)),
-            "no rule {pref} {rule} after --fix: {rules:?}"
+    // at once; the doctor repairs each (saying so first) and checks again: healthy. It starts
+    // from the healthy node the steps that undid each fault left: skipped if one failed.
+    let healthy = undone.iter().all(Option::is_some).then_some(());
+    steps.step_with("--fix repairs several faults at once", healthy, |()| {
+        let rule512 = format!("to {} lookup main pref 512", primary.ip);
+        let rule1536 = format!("from {} lookup {} pref 1536", secondary.ip, secondary.table);
+        ip_ns(ns, &format!("rule del {rule512}"));
+        ip_ns(ns, &format!("rule del {rule1536}"));
+        let (_, orphan) = free_pool_address(&node);
+        ip_ns(
+            ns,
+            &format!("route add {orphan}/32 dev {} scope link", primary.veth),
         );
-    }
-    assert!(
-        ip_ns(ns, &format!("-4 route show {orphan}/32")).is_empty(),
-        "the orphan route to {orphan} is still there after --fix"
-    );
-    assert!(
-        nat_rules(ns)
-            .iter()
-            .any(|l| l.starts_with("-A POSTROUTING") && l.ends_with("-j AWS-SNAT-CHAIN-0")),
-        "no SNAT jump after --fix"
-    );
+        remove_snat_chain(ns, &jump);
+        expect_finding(&vbox, "pod-wiring", &["error"], &[&primary.ip]);
+        let fixed = diagnose_with(&vbox, &["--fix", "--json"]);
+        assert_eq!(
+            fixed["verdict"],
+            "healthy",
+            "after --fix: {}\n{}",
+            fixed["summary"],
+            problems(&fixed)
+        );
+        let rules = ip_ns(ns, "rule show");
+        for (pref, rule) in [
+            ("512:", format!("to {} lookup main", primary.ip)),
+            (
+                "1536:",
+                format!("from {} lookup {}", secondary.ip, secondary.table),
+            ),
+        ] {
+            assert!(
+                rules
+                    .iter()
+                    .any(|l| l.starts_with(pref) && l.contains(&rule)),
+                "no rule {pref} {rule} after --fix: {rules:?}"
+            );
+        }
+        assert!(
+            ip_ns(ns, &format!("-4 route show {orphan}/32")).is_empty(),
+            "the orphan route to {orphan} is still there after --fix"
+        );
+        assert!(
+            nat_rules(ns)
+                .iter()
+                .any(|l| l.starts_with("-A POSTROUTING") && l.ends_with("-j AWS-SNAT-CHAIN-0")),
+            "no SNAT jump after --fix"
+        );
+    });
 
     // ipamd down, last.
-    vbox.stop_ipamd(1, false);
-    let report = expect_finding(&vbox, "ipamd", &["error"], &[]);
-    assert_eq!(report["verdict"], "broken", "{report:#}");
+    steps.step("ipamd down named", || {
+        vbox.stop_ipamd(1, false);
+        let report = expect_finding(&vbox, "ipamd", &["error"], &[]);
+        assert_eq!(report["verdict"], "broken", "{report:#}");
+    });
+
+    steps.finish();
 }
