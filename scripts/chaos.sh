@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A crash-chaos round of your choosing: pods added and deleted in parallel on a VPC-in-a-box
-# node while ipamd is SIGKILLed at random moments and restarted (tests/tests/chaos.rs, whose
+# node while ipamd is SIGKILLed at random moments and restarted (tests/tests/it/chaos.rs, whose
 # default round of 1,000 pods and 20 kills scripts/test.sh runs). A seed repeats a round's kill
 # moments.
 #
@@ -30,4 +30,4 @@ ensure_box_packages
 cd "$REPO"
 say "chaos: $PODS pods, $KILLS SIGKILLs of ipamd"
 VPC_CNI_CHAOS_PODS=$PODS VPC_CNI_CHAOS_KILLS=$KILLS VPC_CNI_CHAOS_SEED=$SEED \
-  cargo test --workspace --quiet --test chaos -- --ignored --nocapture
+  cargo nextest run --workspace --profile root --run-ignored only --no-capture -E 'package(e2e) & test(/^chaos::/)'

@@ -113,6 +113,16 @@ ensure_cnitool() {
   rm -rf "$build"
 }
 
+# cargo-nextest, the suite's runner: on these machines already; else installed from crates.io,
+# pinned, into cargo's own bin directory.
+NEXTEST_VERSION=0.9.143
+ensure_nextest() {
+  cargo nextest --version >/dev/null 2>&1 && return 0
+  say "installing cargo-nextest $NEXTEST_VERSION"
+  env -u CARGO_TARGET_DIR cargo install --quiet --locked --version "$NEXTEST_VERSION" cargo-nextest >&2 \
+    || die "could not install cargo-nextest"
+}
+
 # cargo-machete (unused dependencies of each crate), pinned, installed from crates.io into
 # cargo's own bin directory the first time.
 MACHETE_VERSION=0.9.2
