@@ -23,9 +23,15 @@ const APP: &str = "web";
 const PODS_UP: Duration = Duration::from_secs(180);
 /// A pod's sandbox error reaching its events.
 const EVENT: Duration = Duration::from_secs(120);
-/// How long the pinging pod pings (`ping -w`): well beyond a two-node rollout here (about
-/// 30 s usually, 74 s seen on a loaded run).
+/// The longest the pinging pod pings (`ping -w`): well beyond a two-node rollout here (about
+/// 30 to 60 s, 74 s seen on a loaded run). It is stopped once the rollout is over and
+/// [`PING_AFTER`] has passed, so the pings cover the whole roll and a little after.
 const PING_SECS: u64 = 120;
+/// How long the pings go on after the rollout is over: the new pods' first seconds.
+const PING_AFTER: Duration = Duration::from_secs(5);
+/// The file whose creation in the pinging pod stops its pings (busybox ping prints its
+/// statistics on SIGINT).
+const PING_STOP: &str = "/ping.stop";
 const DS_SELECTOR: &str = "k8s-app=vpc-cni";
 const CONFLIST: &str = "/etc/cni/net.d/10-vpc-cni.conflist";
 const PLUGIN: &str = "/opt/cni/bin/vpc-cni";
@@ -305,21 +311,28 @@ fn the_daemonset_serves_pods_and_keeps_them_through_a_roll_and_a_delete() {
             vbox.load_image(&next);
             let deadline = PING_SECS.to_string();
             let target = b.to_string();
-            let (ping, rolled) = std::thread::scope(|s| {
+            // Pings until PING_STOP exists (or the deadline), then SIGINT for the statistics.
+            let pinging = format!(
+                "rm -f {PING_STOP}; ping -i 0.1 -w {deadline} {target} & p=$!; \
+                 while [ ! -e {PING_STOP} ] && kill -0 $p 2>/dev/null; do sleep 0.2; done; \
+                 kill -INT $p 2>/dev/null; wait $p"
+            );
+            let (ping, rolled, pinged) = std::thread::scope(|s| {
+                let started = Instant::now();
                 let pinger = s.spawn(|| {
                     // Bounded above the pings' own deadline, so they always end by themselves.
                     vbox.kubectl_bounded(
                         PING_SECS as u32 + 30,
-                        &[
-                            "exec", a, "--", "ping", "-i", "0.1", "-w", &deadline, &target,
-                        ],
+                        &["exec", a, "--", "sh", "-c", &pinging],
                         None,
                     )
                 });
-                let started = Instant::now();
                 vbox.deploy("e2e-next");
                 let rolled = started.elapsed();
-                (pinger.join().expect("the pinging thread"), rolled)
+                std::thread::sleep(PING_AFTER);
+                vbox.kubectl_ok(&["exec", a, "--", "touch", PING_STOP]);
+                let ping = pinger.join().expect("the pinging thread");
+                (ping, rolled, started.elapsed())
             });
             assert!(
                 rolled < Duration::from_secs(PING_SECS),
@@ -331,7 +344,11 @@ fn the_daemonset_serves_pods_and_keeps_them_through_a_roll_and_a_delete() {
                 "rollout in {:.1} s; {sent} pings sent, {received} answered",
                 rolled.as_secs_f64()
             );
-            assert!(sent >= PING_SECS * 5, "too few pings to tell: {output}");
+            // Ten a second while they ran; half of that is plenty to tell.
+            assert!(
+                sent >= pinged.as_secs() * 5,
+                "too few pings to tell in {pinged:?}: {output}"
+            );
             assert_eq!(received, sent, "pings lost during the roll: {output}");
             let now = daemonset_pods(&vbox);
             assert_eq!(now.len(), 2, "{now:?}");
