@@ -12,6 +12,11 @@
 # when one before it failed, so one run shows every failure; the exit status is 1 if any did.
 # The summary at the end is read from nextest's JUnit files (scripts/summary.py).
 #
+# As root the work runs in two lanes: the cluster lane (tier 5, then the demo on Kubernetes)
+# starts as soon as the image is built, and everything else runs meanwhile. A cluster test
+# mostly waits (on the API server, kubelets, ipamd's timers), so the other lane's work fits in
+# beside it; the cluster lane's output is printed when it ends.
+#
 #   test.sh                 everything
 #   test.sh --tier T        one tier only: default, services, root or cluster (no checks; the
 #                           binaries are built first). One test: see docs/development/testing.md.
@@ -27,21 +32,59 @@ ONLY=""
 case ${1:-} in
   "") ;;
   --tier) ONLY=${2:-}; [[ $ONLY =~ ^(default|services|root|cluster)$ ]] || die "--tier takes default, services, root or cluster";;
-  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2;;
+  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2;;
 esac
 # Whether this run includes tier $1 (every tier unless --tier names another).
 want() { [ -z "$ONLY" ] || [ "$ONLY" = "$1" ]; }
-declare -a RESULTS=()
-step_result() { RESULTS+=("step|$1|$2"); }
+# Every run starts from nothing: results are files, one per lane (a lane runs in a subshell),
+# one entry a line in scripts/summary.py's format, and the JUnit files of earlier runs are removed before
+# a tier runs, so the summary can never read an earlier run's results.
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/vpc-cni-test.XXXXXX")
+LANE=main
+declare -a BACKGROUND=()
+stop_background() {
+  local pid
+  for pid in "${BACKGROUND[@]}"; do kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap stop_background EXIT
+record() { echo "$1" >>"$WORK/$LANE.results"; }
+step_result() { record "step|$1|$2"; }
 # Runs a check, recording ok or FAILED by its exit status; the suite goes on either way.
 check() { # label command...
   local label=$1; shift
   say "$label"
   if "$@"; then step_result "$label" ok; else step_result "$label" "FAILED (exit $?)"; fi
 }
+# A nextest tier: runs it and records its JUnit file.
+tier() { # label profile nextest-args...
+  local label=$1 profile=$2 junit code=0; shift 2
+  junit=$REPO/target/nextest/$profile/junit.xml
+  rm -f "$junit"
+  say "$label (nextest profile $profile)"
+  cargo nextest run --workspace --locked --profile "$profile" "$@" || code=$?
+  record "ran|$label|$junit|$code"
+}
+# A tier that cannot run here: what it would have run, named test by test, and why not.
+not_run() { # label profile reason nextest-args...
+  local label=$1 profile=$2 reason=$3 list; shift 3
+  list=$REPO/target/nextest/$profile/list.json
+  mkdir -p "$(dirname "$list")"
+  cargo nextest list --workspace --locked --profile "$profile" --message-format json "$@" >"$list" \
+    || rm -f "$list"
+  record "notrun|$label|$list|$reason"
+}
+fmt_check() { cargo fmt --all -- --check && (cd fuzz && cargo fmt -- --check); }
+unused_deps() { cargo machete && check_workspace_deps; }
+# The demo, its output shown only when it fails.
+demo() {
+  local log=$WORK/demo$*.log
+  scripts/demo.sh "$@" >"$log" 2>&1 || { cat "$log"; return 1; }
+}
 
 command -v cargo >/dev/null 2>&1 || die "cargo not found: install Rust (rustup) first"
 ensure_nextest
+KUBE_BUILD=""
 if [ $ROOT -eq 1 ]; then
   ensure_box_packages
   # Tests install nothing themselves: what they run is installed here (the SNAT tests use both
@@ -53,38 +96,53 @@ if [ $ROOT -eq 1 ]; then
   ensure_cnitool
   export VPC_CNI_CNITOOL=$CNITOOL
   ensure_packages openssl:openssl nsenter:util-linux
-  # Kubernetes, etcd, containerd and the test images: built once (about 9 min of CPU on a
-  # fresh machine), then reused from the cache.
-  if want cluster; then scripts/kube-build.sh >/dev/null; fi
+  # Kubernetes, etcd, containerd and the test images, which only the cluster lane needs: built
+  # once (about 10 min of CPU on a fresh machine) at the lowest priority, in the time the
+  # builds and tests before the cluster lane leave the cores idle; then reused from the cache.
+  if want cluster && ! scripts/kube-build.sh --check >/dev/null 2>&1; then
+    say "building the kube cache in the background (scripts/kube-build.sh, log $WORK/kube-build.log)"
+    setsid nice -n 19 scripts/kube-build.sh >"$WORK/kube-build.log" 2>&1 &
+    KUBE_BUILD=$!
+    BACKGROUND+=("$KUBE_BUILD")
+  fi
 fi
 
-# A nextest tier: runs it and records its JUnit file, removed first so that a summary can never
-# read an earlier run's results.
-tier() { # label profile nextest-args...
-  local label=$1 profile=$2 junit code=0; shift 2
-  junit=$REPO/target/nextest/$profile/junit.xml
-  rm -f "$junit"
-  say "$label (nextest profile $profile)"
-  cargo nextest run --workspace --locked --profile "$profile" "$@" || code=$?
-  RESULTS+=("ran|$label|$junit|$code")
-}
-# A tier that cannot run here: what it would have run, named test by test, and why not.
-not_run() { # label profile reason nextest-args...
-  local label=$1 profile=$2 reason=$3 list; shift 3
-  list=$REPO/target/nextest/$profile/list.json
-  mkdir -p "$(dirname "$list")"
-  cargo nextest list --workspace --locked --profile "$profile" --message-format json "$@" >"$list" \
-    || rm -f "$list"
-  RESULTS+=("notrun|$label|$list|$reason")
-}
+# One build for every tier: the test binaries and the workspace's binaries (vpc-sim, ipamd,
+# vpc-cni) that the later tiers and the demo run; workspace-hack keeps `cargo build` on the same
+# artifacts.
+say "building the tests and binaries"
+cargo nextest run --workspace --locked --no-run
 
-fmt_check() { cargo fmt --all -- --check && (cd fuzz && cargo fmt -- --check); }
-unused_deps() { cargo machete && check_workspace_deps; }
-# The demo, its output shown only when it fails.
-demo() {
-  local log=${TMPDIR:-/tmp}/vpc-cni-demo$*.log
-  scripts/demo.sh "$@" >"$log" 2>&1 || { cat "$log"; return 1; }
-}
+# The cluster lane: the image (the release build), then tier 5 and the demo on Kubernetes, in
+# the background with results and output of its own.
+CLUSTER_LANE=""
+if [ $ROOT -eq 1 ] && want cluster; then
+  say "the image (scripts/image.sh)"
+  image_status=ok
+  VPC_CNI_IMAGE=$(scripts/image.sh) || image_status="FAILED (exit $?)"
+  step_result "the image (scripts/image.sh)" "$image_status"
+  export VPC_CNI_IMAGE
+  kube_status=ok
+  if [ -n "$KUBE_BUILD" ]; then
+    say "waiting for the kube cache"
+    wait "$KUBE_BUILD" || { kube_status="FAILED (exit $?)"; cat "$WORK/kube-build.log"; }
+    step_result "the kube cache (scripts/kube-build.sh)" "$kube_status"
+  fi
+  if [ "$kube_status" = ok ]; then
+    say "the cluster lane: tier 5, then scripts/demo.sh --kube (output below when it ends)"
+    # Job control on while it starts, so the lane gets a process group of its own, which the
+    # exit trap can end whole.
+    set -m
+    (
+      LANE=cluster
+      tier "tier 5: kube-in-a-box (root)" cluster --run-ignored only
+      if [ -z "$ONLY" ]; then check "scripts/demo.sh --kube" demo --kube; fi
+    ) >"$WORK/cluster.log" 2>&1 &
+    CLUSTER_LANE=$!
+    set +m
+    BACKGROUND+=("$CLUSTER_LANE")
+  fi
+fi
 
 if [ -z "$ONLY" ]; then
   check "cargo fmt --check" fmt_check
@@ -95,15 +153,8 @@ if [ -z "$ONLY" ]; then
     step_result "shellcheck" "SKIPPED (not installed; installed automatically when run as root)"
   fi
   ensure_cargo_machete
-  check "no unused dependency (cargo-machete $MACHETE_VERSION, every workspace pin used)" \
-    unused_deps
+  check "no unused dependency (cargo-machete $MACHETE_VERSION, every workspace pin used)" unused_deps
 fi
-
-# One build for every tier: the test binaries and the workspace's binaries (vpc-sim, ipamd,
-# vpc-cni) that the later tiers and the demo run; workspace-hack keeps `cargo build` on the same
-# artifacts.
-say "building the tests and binaries"
-cargo nextest run --workspace --locked --no-run
 
 if want default; then
   tier "tiers 1-2: unit, property and daemon tests" default
@@ -118,7 +169,7 @@ if [ -z "$ONLY" ]; then
     3) step_result "fuzzing" "SKIPPED (no nightly toolchain; the committed corpus was replayed in tiers 1-2)";;
     *) step_result "fuzzing: cni_conf, cni_args, ipam_frame, ${FUZZ_SECS} s each" "FAILED (a crash, see above)";;
   esac
-  # Builds the release artifacts (scripts/build-release.sh), which the image reuses.
+  # Runs scripts/build-release.sh, which the image's build made fresh already as root.
   check "config, manifests, IAM policy and Dockerfile (scripts/check-config.sh)" scripts/check-config.sh
 fi
 
@@ -127,37 +178,25 @@ if want services; then
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   "$VENV/bin/pip" install --quiet --disable-pip-version-check "$MOTO_PIN"
   MOTO_PORT=$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  "$VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >"${TMPDIR:-/tmp}/vpc-cni-moto.log" 2>&1 &
+  "$VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >"$WORK/moto.log" 2>&1 &
   MOTO_PID=$!
-  trap 'kill $MOTO_PID 2>/dev/null || true' EXIT
-  wait_for 30 bash -c "exec 3<>/dev/tcp/127.0.0.1/$MOTO_PORT" || die "moto did not start (see ${TMPDIR:-/tmp}/vpc-cni-moto.log)"
-  export MOTO_ENDPOINT=http://127.0.0.1:$MOTO_PORT
-  tier "services: moto, the plugin's log rotation" services --run-ignored only
-  kill $MOTO_PID 2>/dev/null || true
-  trap - EXIT
+  BACKGROUND+=("$MOTO_PID")
+  if wait_for 30 bash -c "exec 3<>/dev/tcp/127.0.0.1/$MOTO_PORT"; then
+    export MOTO_ENDPOINT=http://127.0.0.1:$MOTO_PORT
+    tier "services: moto, the plugin's log rotation" services --run-ignored only
+  else
+    cat "$WORK/moto.log"
+    step_result "services: moto, the plugin's log rotation" "FAILED (moto did not start, see above)"
+  fi
+  kill "$MOTO_PID" 2>/dev/null || true
 fi
 
 if [ $ROOT -eq 1 ]; then
-  if want cluster; then
-    # The DaemonSet's image, for the cluster tier: the release build is done by now when
-    # check-config ran; the Debian base layer is cached.
-    say "the image (scripts/image.sh)"
-    if VPC_CNI_IMAGE=$(scripts/image.sh); then
-      export VPC_CNI_IMAGE
-      step_result "the image (scripts/image.sh)" ok
-    else
-      step_result "the image (scripts/image.sh)" "FAILED (exit $?)"
-    fi
-  fi
   if want root; then
     tier "tiers 3-4: netlink in namespaces, VPC-in-a-box (root)" root --run-ignored only
   fi
-  if want cluster; then
-    tier "tier 5: kube-in-a-box (root)" cluster --run-ignored only
-  fi
   if [ -z "$ONLY" ]; then
     check "scripts/demo.sh" demo
-    check "scripts/demo.sh --kube" demo --kube
   fi
 else
   if want root; then not_run "tiers 3-4: netlink in namespaces, VPC-in-a-box" root "need root" --run-ignored only; fi
@@ -168,4 +207,14 @@ else
   fi
 fi
 
-python3 scripts/summary.py "${RESULTS[@]}"
+if [ -n "$CLUSTER_LANE" ]; then
+  say "waiting for the cluster lane"
+  wait "$CLUSTER_LANE" || true
+  echo "==> the cluster lane's output"
+  cat "$WORK/cluster.log"
+  cat "$WORK/cluster.results" >>"$WORK/main.results" 2>/dev/null \
+    || step_result "the cluster lane" "FAILED (it recorded no result, see its output above)"
+fi
+
+mapfile -t entries <"$WORK/main.results"
+python3 scripts/summary.py "${entries[@]}"
