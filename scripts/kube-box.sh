@@ -201,13 +201,15 @@ kube_cp_up() { # dir name
   [ "$family" = ipv4 ] || at="$KUBE_API_IP and $KUBE_API_IP6"
   say "starting the control plane in $ns at $at"
   ip netns add "$ns"
+  # DAD off before any link exists, as in vpc-sim's namespaces: settled links, as on EC2 (-e: a
+  # kernel without IPv6 has no such keys).
+  nsenter --net="/run/netns/$ns" sysctl -q -e -w net.ipv6.conf.all.accept_dad=0 \
+    net.ipv6.conf.default.accept_dad=0 >/dev/null || die "could not turn DAD off in $ns"
   if [ "$family" != ipv4 ]; then
     # The API server is reached over IPv6 too: nodes and pods send to its /128 through the
     # VPC's router, which has IPv6 on (vpc-sim turns it on with the family).
-    # DAD off before the link exists, as in vpc-sim's namespaces: settled links, as on EC2.
     nsenter --net="/run/netns/$ns" sysctl -q -w net.ipv6.conf.all.disable_ipv6=0 \
-      net.ipv6.conf.default.disable_ipv6=0 net.ipv6.conf.all.accept_dad=0 \
-      net.ipv6.conf.default.accept_dad=0 >/dev/null || die "could not turn IPv6 on in $ns"
+      net.ipv6.conf.default.disable_ipv6=0 >/dev/null || die "could not turn IPv6 on in $ns"
     vpc6="addr add $KUBE_LINK6_VPC/64 dev vpc-cp nodad
 route add $KUBE_API_IP6/128 via $KUBE_LINK6_CP dev vpc-cp"
     cp6="addr add $KUBE_API_IP6/128 dev lo nodad

@@ -222,19 +222,26 @@ fn build_sets_sysctls_first_then_outside_then_links_then_nodes() {
             .unwrap_or_else(|| panic!("missing {needle:?} in {lines:#?}"))
     };
     assert_eq!(lines[0], format!("ip netns add {v}"));
+    assert_eq!(
+        lines[1],
+        format!(
+            "ip netns exec {v} sysctl -q -e -w net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0"
+        ),
+        "DAD off right after the namespace is made"
+    );
     let sysctl = VPC_SYSCTLS
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(" ");
     assert_eq!(
-        lines[1],
+        lines[2],
         format!("ip netns exec {v} sysctl -q -w {sysctl}"),
         "VPC sysctls come before any link exists"
     );
     assert!(sysctl.starts_with("net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=1 net.ipv4.conf.default.rp_filter=1 net.ipv4.conf.default.proxy_arp=1"));
     let first_link = lines.iter().position(|l| l.contains("link add")).unwrap();
-    assert!(first_link > 1);
+    assert!(first_link > 2);
     pos(&format!("ip -n {v} route add blackhole 10.0.0.0/16"));
 
     // The outside.
@@ -267,6 +274,13 @@ fn build_sets_sysctls_first_then_outside_then_links_then_nodes() {
     let n1 = node(1);
     let p1 = &plan.nodes[0];
     let ns1 = pos(&format!("ip netns add {n1}"));
+    assert_eq!(
+        lines[ns1 + 1],
+        format!(
+            "ip netns exec {n1} sysctl -q -e -w net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0"
+        ),
+        "every namespace of the fabric, DAD off before its first link"
+    );
     pos(&format!(
         "ip netns exec {n1} sysctl -q -w net.ipv4.ip_forward=1"
     ));

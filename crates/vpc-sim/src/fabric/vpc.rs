@@ -34,14 +34,18 @@ pub(super) const VPC_SYSCTLS: &[(&str, &str)] = &[
 ];
 
 /// IPv6 sysctls of a namespace when the VPC has IPv6. IPv6 is on in a new namespace unless the
-/// host says otherwise (`devconf_inherit_init_net`), so it is switched on explicitly. Duplicate
-/// address detection is off, set before any link exists so every link made or moved here
-/// inherits it: EC2's links finished DAD long before a pod exists, while here a link-local
-/// address the kernel adds stays tentative for a second or two, and the first packet across
-/// the box met a link that could not yet carry it.
+/// host says otherwise (`devconf_inherit_init_net`), so it is switched on explicitly.
 pub(super) const IPV6_ON: &[(&str, &str)] = &[
     ("net.ipv6.conf.all.disable_ipv6", "0"),
     ("net.ipv6.conf.default.disable_ipv6", "0"),
+];
+
+/// Duplicate address detection off in every namespace of the fabric, set right after the
+/// namespace is made so that every link made or moved into it inherits it. EC2's links
+/// finished DAD long before a pod exists, while here an address the kernel adds (a link-local
+/// one on every new link, whatever the VPC's family) stays tentative for a second or two: the
+/// first IPv6 packet across the box met a link that could not yet carry it.
+pub(super) const DAD_OFF: &[(&str, &str)] = &[
     ("net.ipv6.conf.all.accept_dad", "0"),
     ("net.ipv6.conf.default.accept_dad", "0"),
 ];
@@ -253,11 +257,14 @@ impl<R: Runner> Fabric<R> {
         Ok(())
     }
 
-    /// `ip netns add NS` (recorded for teardown).
+    /// `ip netns add NS` (recorded for teardown), then [`DAD_OFF`] in it; `sysctl -e`, as a
+    /// kernel without IPv6 has no such keys and needs no such setting.
     pub fn add_netns(&mut self, ns: &str) -> Result<(), FabricError> {
         self.runner.run(&argv(&["ip", "netns", "add", ns]))?;
         self.created.push(ns.to_string());
-        Ok(())
+        let mut cmd = argv(&["ip", "netns", "exec", ns, "sysctl", "-q", "-e", "-w"]);
+        cmd.extend(DAD_OFF.iter().map(|(k, v)| format!("{k}={v}")));
+        self.runner.run(&cmd)
     }
 
     /// `ip netns exec NS sysctl -q -w K=V ...`, in the order given.

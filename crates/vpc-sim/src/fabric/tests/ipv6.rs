@@ -125,17 +125,17 @@ fn build_adds_ipv6_to_the_vpc_the_outside_the_links_and_the_nodes() {
             .unwrap_or_else(|| panic!("missing {needle:?} in {lines:#?}"))
     };
     // Sysctls: the IPv4 ones unchanged, then IPv6 on and forwarding, before any link.
-    assert!(lines[1].starts_with(&format!(
+    assert!(lines[2].starts_with(&format!(
         "ip netns exec {v} sysctl -q -w net.ipv4.ip_forward=1"
     )));
     assert_eq!(
-        lines[2],
+        lines[3],
         format!(
-            "ip netns exec {v} sysctl -q -w net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.default.disable_ipv6=0 net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 net.ipv6.conf.all.forwarding=1 net.ipv6.conf.default.forwarding=1"
+            "ip netns exec {v} sysctl -q -w net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.default.disable_ipv6=0 net.ipv6.conf.all.forwarding=1 net.ipv6.conf.default.forwarding=1"
         )
     );
     let first_link = lines.iter().position(|l| l.contains("link add")).unwrap();
-    assert!(first_link > 2);
+    assert!(first_link > 3);
     pos(&format!("ip -n {v} route add blackhole 10.0.0.0/16"));
     pos(&format!(
         "ip -n {v} route add blackhole 2001:db8:0:100::/56"
@@ -144,7 +144,7 @@ fn build_adds_ipv6_to_the_vpc_the_outside_the_links_and_the_nodes() {
     // The outside: IPv6 on, link-locals on both ends, its address, routes both ways.
     assert!(
         pos(&format!(
-            "ip netns exec {o} sysctl -q -w net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.default.disable_ipv6=0 net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0"
+            "ip netns exec {o} sysctl -q -w net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.default.disable_ipv6=0"
         )) > pos(&format!("ip netns add {o}"))
     );
     let vpc_out = pos(&format!(
@@ -181,7 +181,7 @@ fn build_adds_ipv6_to_the_vpc_the_outside_the_links_and_the_nodes() {
     let ip6 = p1.ipv6.unwrap();
     let nh = eui64_link_local(&p1.mac).unwrap();
     pos(&format!(
-        "ip netns exec {n1} sysctl -q -w net.ipv4.ip_forward=1 net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.default.disable_ipv6=0 net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 net.ipv6.conf.all.forwarding=1 net.ipv6.conf.default.forwarding=1"
+        "ip netns exec {n1} sysctl -q -w net.ipv4.ip_forward=1 net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.default.disable_ipv6=0 net.ipv6.conf.all.forwarding=1 net.ipv6.conf.default.forwarding=1"
     ));
     let link = pos(&format!(
         "ip -n {v} link add n1d0 mtu 9001 type veth peer name eth0 address {} mtu 9001 netns {n1}",
