@@ -152,8 +152,10 @@ kube_shadow() { # target src stage
   mount -n --bind "$src" "$stage/$rest"
   mount -n --move "$stage" "$top"
   # When the stage sat below TOP (the run directory is below /run), the bind of that entry
-  # brought a copy of the stage along; it is not needed.
-  if mountpoint -q "$stage"; then umount -n -R "$stage"; fi
+  # brought a copy of the stage along; it is not needed. Detached rather than unmounted: the
+  # copy holds binds of /run/netns, where namespaces that other boxes make and remove
+  # meanwhile can keep a submount busy (seen: "umount: .../netns: target is busy").
+  if mountpoint -q "$stage"; then umount -n -l "$stage"; fi
   MASKED="$MASKED $top"
 }
 
