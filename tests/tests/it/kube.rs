@@ -1,7 +1,8 @@
 //! kube-in-a-box, driven with kubectl as an operator would: on two nodes, a Deployment's pods
 //! get VPC addresses through kubelet -> containerd -> vpc-cni, reach each other and both nodes,
 //! and give every address back when scaled to zero; every DEL containerd sends succeeds,
-//! the later ones with an empty CNI_NETNS included.
+//! the later ones with an empty CNI_NETNS included. And an image loaded with
+//! `vpc-box.sh load-image` runs on every node (the image of `VPC_CNI_IMAGE`, retagged).
 
 use crate::common;
 
@@ -10,8 +11,8 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use common::{PING_ALL, ipamd_pods};
-use e2e::{VpcBox, deployment, require_root};
-use serde_json::Value;
+use e2e::{VpcBox, deployment, require_root, retagged_image};
+use serde_json::{Value, json};
 
 const APP: &str = "web";
 const REPLICAS: usize = 6;
@@ -221,4 +222,27 @@ fn a_deployment_gets_vpc_addresses_reaches_everything_and_gives_them_back() {
         );
     }
     assert_eq!(adds, REPLICAS, "one ADD per pod");
+
+    // `vpc-box.sh load-image` serves any --kube box, this one's ipamd a process: an image
+    // loaded on every node runs there with no registry (imagePullPolicy Never).
+    let image = retagged_image("e2e-load");
+    vbox.load_image(&image);
+    for (i, node) in nodes.iter().enumerate() {
+        vbox.apply(&json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": format!("loaded-{}", i + 1), "labels": {"app": "loaded"}},
+            "spec": {
+                "nodeName": node.k8s_node.as_deref().expect("a Kubernetes node name"),
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{
+                    "name": "loaded",
+                    "image": "localhost/vpc-cni:e2e-load",
+                    "imagePullPolicy": "Never",
+                    "command": ["sleep", "600"],
+                }],
+            },
+        }));
+    }
+    vbox.wait_running("app=loaded", nodes.len(), PODS_UP);
 }
