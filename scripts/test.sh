@@ -12,10 +12,11 @@
 # when one before it failed, so one run shows every failure; the exit status is 1 if any did.
 # The summary at the end is read from nextest's JUnit files (scripts/summary.py).
 #
-# As root the work runs in two lanes: the cluster lane (tier 5, then the demo on Kubernetes)
-# starts as soon as the image is built, and everything else runs meanwhile. A cluster test
-# mostly waits (on the API server, kubelets, ipamd's timers), so the other lane's work fits in
-# beside it; the cluster lane's output is printed when it ends.
+# As root the work runs in three lanes once the binaries are built: the root lane (tiers 3-4,
+# then the demo) at once; the cluster lane (tier 5, then the demo on Kubernetes) as soon as the
+# image is built; the checks and the unprivileged tiers meanwhile. A box or cluster test mostly
+# waits (on ipamd's timers, the API server, kubelets), so the lanes fit beside each other on
+# two cores; a lane's output is printed when it ends.
 #
 #   test.sh                 everything
 #   test.sh --tier T        one tier only: default, services, root or cluster (no checks; the
@@ -113,13 +114,36 @@ fi
 say "building the tests and binaries"
 cargo nextest run --workspace --locked --no-run
 
-# The cluster lane: the image (the release build), then tier 5 and the demo on Kubernetes, in
-# the background with results and output of its own.
-CLUSTER_LANE=""
+# Starts lane NAME in the background: the rest of the arguments, a command, with results and
+# output of its own (printed when the lane ends). Job control is on while it starts, so the
+# lane gets a process group of its own, which the exit trap can end whole.
+declare -a LANES=()
+lane() { # name command...
+  local name=$1; shift
+  say "the $name lane starts in the background (its output below when it ends)"
+  set -m
+  ( LANE=$name; "$@" ) >"$WORK/$name.log" 2>&1 &
+  set +m
+  BACKGROUND+=("$!")
+  LANES+=("$name:$!")
+}
+root_lane() {
+  tier "tiers 3-4: netlink in namespaces, VPC-in-a-box (root)" root --run-ignored only
+  if [ -z "$ONLY" ]; then check "scripts/demo.sh" demo; fi
+}
+cluster_lane() {
+  tier "tier 5: kube-in-a-box (root)" cluster --run-ignored only
+  if [ -z "$ONLY" ]; then check "scripts/demo.sh --kube" demo --kube; fi
+}
+
+# As root, three lanes from here. Tiers 3-4 (mostly waiting on the box) start at once; the
+# image's release build runs meanwhile at a lower priority than their tests; tier 5 starts once
+# the image and the kube cache are there; the checks and the unprivileged tiers run beside both.
+if [ $ROOT -eq 1 ] && want root; then lane root root_lane; fi
 if [ $ROOT -eq 1 ] && want cluster; then
   say "the image (scripts/image.sh)"
   image_status=ok
-  VPC_CNI_IMAGE=$(scripts/image.sh) || image_status="FAILED (exit $?)"
+  VPC_CNI_IMAGE=$(nice -n 10 scripts/image.sh) || image_status="FAILED (exit $?)"
   step_result "the image (scripts/image.sh)" "$image_status"
   export VPC_CNI_IMAGE
   kube_status=ok
@@ -128,20 +152,7 @@ if [ $ROOT -eq 1 ] && want cluster; then
     wait "$KUBE_BUILD" || { kube_status="FAILED (exit $?)"; cat "$WORK/kube-build.log"; }
     step_result "the kube cache (scripts/kube-build.sh)" "$kube_status"
   fi
-  if [ "$kube_status" = ok ]; then
-    say "the cluster lane: tier 5, then scripts/demo.sh --kube (output below when it ends)"
-    # Job control on while it starts, so the lane gets a process group of its own, which the
-    # exit trap can end whole.
-    set -m
-    (
-      LANE=cluster
-      tier "tier 5: kube-in-a-box (root)" cluster --run-ignored only
-      if [ -z "$ONLY" ]; then check "scripts/demo.sh --kube" demo --kube; fi
-    ) >"$WORK/cluster.log" 2>&1 &
-    CLUSTER_LANE=$!
-    set +m
-    BACKGROUND+=("$CLUSTER_LANE")
-  fi
+  if [ "$kube_status" = ok ]; then lane cluster cluster_lane; fi
 fi
 
 if [ -z "$ONLY" ]; then
@@ -191,14 +202,7 @@ if want services; then
   kill "$MOTO_PID" 2>/dev/null || true
 fi
 
-if [ $ROOT -eq 1 ]; then
-  if want root; then
-    tier "tiers 3-4: netlink in namespaces, VPC-in-a-box (root)" root --run-ignored only
-  fi
-  if [ -z "$ONLY" ]; then
-    check "scripts/demo.sh" demo
-  fi
-else
+if [ $ROOT -eq 0 ]; then
   if want root; then not_run "tiers 3-4: netlink in namespaces, VPC-in-a-box" root "need root" --run-ignored only; fi
   if want cluster; then not_run "tier 5: kube-in-a-box" cluster "needs root" --run-ignored only; fi
   if [ -z "$ONLY" ]; then
@@ -207,14 +211,15 @@ else
   fi
 fi
 
-if [ -n "$CLUSTER_LANE" ]; then
-  say "waiting for the cluster lane"
-  wait "$CLUSTER_LANE" || true
-  echo "==> the cluster lane's output"
-  cat "$WORK/cluster.log"
-  cat "$WORK/cluster.results" >>"$WORK/main.results" 2>/dev/null \
-    || step_result "the cluster lane" "FAILED (it recorded no result, see its output above)"
-fi
+for entry in "${LANES[@]}"; do
+  name=${entry%%:*}
+  say "waiting for the $name lane"
+  wait "${entry#*:}" || true
+  echo "==> the $name lane's output"
+  cat "$WORK/$name.log"
+  cat "$WORK/$name.results" >>"$WORK/main.results" 2>/dev/null \
+    || step_result "the $name lane" "FAILED (it recorded no result, see its output above)"
+done
 
 mapfile -t entries <"$WORK/main.results"
 python3 scripts/summary.py "${entries[@]}"
