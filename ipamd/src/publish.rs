@@ -76,7 +76,7 @@ pub fn node_patches(node: &NodeFacts, d: &Desired) -> Vec<NodePatch> {
 }
 
 /// Records the daemon's Events, one after another, until the daemon is gone.
-pub async fn record_events<W: ClusterWrite>(
+pub async fn record_events<W: ClusterWrite + ?Sized>(
     writer: Arc<W>,
     mut events: mpsc::Receiver<ClusterEvent>,
 ) {
@@ -102,7 +102,7 @@ pub async fn publish_node<W, E, I, H, S>(
     min_free: u32,
     publish_max_pods: bool,
 ) where
-    W: ClusterWrite,
+    W: ClusterWrite + ?Sized,
     E: Ec2,
     I: Imds,
     H: HostNetwork,

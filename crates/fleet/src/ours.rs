@@ -1,6 +1,6 @@
 //! Our side: the real ipamd daemon (`ipamd::Daemon`, the planner of the `pool` crate, the
-//! client-side EC2 rate limit of `cloud::throttle`) on a simulated node, its controller and
-//! reconciler run as ipamd's main runs them, the cluster view carrying the pods bound to the
+//! client-side EC2 rate limit of `cloud::throttle`) on a simulated node, its background tasks
+//! started through the entry ipamd's main uses, the cluster view carrying the pods bound to the
 //! node (predictive growth).
 
 use std::collections::HashMap;
@@ -12,7 +12,7 @@ use cluster::{ApiState, ClusterView, NodeFacts, PodFacts};
 use introspect::Metrics;
 use ipam_proto::{AddRequest, AttachmentKey, DelReason, DelRequest, PodMeta, Request};
 use ipamd::config::Config;
-use ipamd::daemon::LostState;
+use ipamd::daemon::{LostState, PersistError, Tasks};
 use ipamd::{Daemon, Parts};
 use pool::{Clock, MemoryStore, Timestamp};
 use tokio::sync::watch;
@@ -40,7 +40,7 @@ impl Clock for SimClock {
 pub struct Ours {
     daemon: Arc<SimDaemon>,
     view: watch::Sender<ClusterView>,
-    tasks: Vec<JoinHandle<()>>,
+    running: JoinHandle<Result<(), PersistError>>,
 }
 
 fn key(name: &str) -> AttachmentKey {
@@ -62,8 +62,8 @@ fn meta(name: &str) -> PodMeta {
 
 impl Ours {
     /// Starts ipamd on `instance` with `env` over ipamd's defaults (no leaked-ENI cleanup: the
-    /// fleet leaks nothing), its controller, reconciler and subnet-scarcity check running as
-    /// ipamd's main runs them (`seed` spreads the checks).
+    /// fleet leaks nothing), with every background task ipamd's main runs (`seed` spreads the
+    /// periodic checks).
     pub async fn start(
         account: &Arc<Account>,
         instance: &str,
@@ -118,22 +118,25 @@ impl Ours {
         .await
         .context("ipamd's start")?;
         let daemon = Arc::new(daemon);
-        // ipamd's own loops, as its main runs them.
+        // Every task ipamd's main runs, through the same entry; until the node is dropped.
         let mut rng = vpc_sim::rand::Rng::seeded(seed);
-        let tasks = daemon.spawn_loops(config.reconcile_interval, move || rng.unit());
+        let running = tokio::spawn(Arc::clone(&daemon).run(
+            Tasks::from_config(&config),
+            move || rng.unit(),
+            std::future::pending(),
+        ));
         Ok(Ours {
             daemon,
             view,
-            tasks,
+            running,
         })
     }
 }
 
 impl Drop for Ours {
     fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
+        // Dropping the daemon's run stops every task it started.
+        self.running.abort();
     }
 }
 

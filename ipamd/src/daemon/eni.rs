@@ -15,7 +15,6 @@ use tracing::{error, info, warn};
 
 use super::Daemon;
 use super::growth::EniSetupError;
-use crate::durability::PersistError;
 use crate::host::{HostError, HostNetwork};
 
 /// How long a hot-plugged ENI's link may take to appear before setup gives up for now (the
@@ -125,26 +124,6 @@ pub(super) fn sync_eni(pool: &mut Pool, eni: &NetworkInterface) -> Vec<Mutation>
 }
 
 impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
-    /// Commits `change` and wakes ADDs waiting for addresses when it added any.
-    pub(super) async fn persist_growth(
-        &self,
-        change: impl FnOnce(&mut Pool) -> Vec<Mutation>,
-    ) -> Result<(), PersistError> {
-        let added = self
-            .persist(|pool| {
-                let muts = change(pool);
-                let added = muts
-                    .iter()
-                    .any(|m| matches!(m, Mutation::PutAddr(_) | Mutation::PutPrefix6(_)));
-                Ok::<_, PersistError>((added, muts))
-            })
-            .await?;
-        if added {
-            self.grown.send_modify(|n| *n += 1);
-        }
-        Ok(())
-    }
-
     /// Sets up an attached ENI on the node (waiting for its link to appear), then adds it and
     /// what EC2 says it holds to the pool.
     pub(super) async fn configure_eni(
@@ -170,21 +149,22 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         let changes = self.setup_eni_when_linked(&spec).await?;
         super::log_changes(&format!("ENI {} (device {device})", eni.id), &changes);
         let now = self.clock.now();
-        self.persist_growth(|pool| {
-            let created_at = pool.eni(&eni.id).map_or(now, |e| e.created_at);
-            let mut muts = pool.upsert_eni(EniInfo {
-                id: eni.id.clone(),
-                device_number: device,
-                mac: eni.mac.clone(),
-                primary_ip,
-                subnet_id: eni.subnet_id.clone(),
-                subnet_cidr,
-                created_at,
-            });
-            muts.extend(sync_eni(pool, eni));
-            muts
-        })
-        .await?;
+        self.ledger
+            .persist_growth(|pool| {
+                let created_at = pool.eni(&eni.id).map_or(now, |e| e.created_at);
+                let mut muts = pool.upsert_eni(EniInfo {
+                    id: eni.id.clone(),
+                    device_number: device,
+                    mac: eni.mac.clone(),
+                    primary_ip,
+                    subnet_id: eni.subnet_id.clone(),
+                    subnet_cidr,
+                    created_at,
+                });
+                muts.extend(sync_eni(pool, eni));
+                muts
+            })
+            .await?;
         Ok(())
     }
 

@@ -7,11 +7,11 @@ use cloud::{CloudError, CloudErrorKind, CreateEni, Ec2, Imds, NetworkInterface};
 use pool::{Action, Blocked, PlanContext, StateStore, Timestamp};
 use tracing::{debug, error, info, warn};
 
+use super::Daemon;
 use super::eni::{TAG_CLUSTER, TAG_CREATED_AT, TAG_INSTANCE_ID, TAG_OWNER};
 use super::eni::{adopt, eni_description, wall_time};
 use super::growth::GrowthFailure;
 use super::placement::Placement;
-use super::{Daemon, lock};
 use crate::host::HostNetwork;
 
 /// Actions carried out in one controller round at most; the next round follows shortly.
@@ -42,7 +42,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     pub(super) fn current_plan(&self, now: Timestamp) -> pool::Plan {
         let ctx = PlanContext {
             now,
-            last_release: lock(&self.growth).last_release,
+            last_release: self.growth.status().last_release,
             pending: self.pending_pods(),
             draining: self.draining(),
             scarce: self.subnet_scarce(),
@@ -50,13 +50,13 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         // Read before the pool's lock: each reads the cluster's view, which is never read
         // under that lock.
         let (limits, targets) = (self.limits(), self.targets());
-        pool::plan(&lock(&self.pool), &limits, &targets, ctx)
+        pool::plan(&self.ledger.pool(), &limits, &targets, ctx)
     }
 
     /// One round of the controller: plans and carries out what the pool needs from EC2,
     /// planning again after each step (the plan holds one growth step at a time).
     pub async fn grow(&self) {
-        let _ec2_ops = self.ec2_ops.lock().await;
+        let _ec2_ops = self.growth.ec2_ops().await;
         let _busy = self.metrics.action_in_progress("increaseDatastorePool");
         if self.node.ip_family.has_v6() {
             self.ensure_prefix6().await;
@@ -76,7 +76,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 Some(blocked) => debug!("pool below target but cannot grow: {blocked}"),
                 None => {}
             }
-            let paused = lock(&self.growth).paused_until.is_some_and(|u| now < u);
+            let paused = self.growth.status().paused_until.is_some_and(|u| now < u);
             let mut releases = Vec::new();
             let mut progressed = false;
             for action in plan.actions {
@@ -122,6 +122,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         match got {
             Ok((ips, prefixes)) => {
                 match self
+                    .ledger
                     .persist_growth(|pool| adopt(pool, eni_id, &ips, &prefixes))
                     .await
                 {
@@ -176,7 +177,9 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         ips: u32,
         prefixes: u32,
     ) -> Result<NetworkInterface, CloudError> {
-        let request = lock(&self.pending_create)
+        let request = self
+            .growth
+            .pending_create()
             .clone()
             .unwrap_or_else(|| CreateEni {
                 subnet_id: placement.subnet_id.clone(),
@@ -192,7 +195,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             .as_ref()
             .err()
             .is_some_and(|e| e.is_transient() || e.kind == CloudErrorKind::Overloaded);
-        *lock(&self.pending_create) = unanswered.then_some(request);
+        *self.growth.pending_create() = unanswered.then_some(request);
         result
     }
 
@@ -271,7 +274,9 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 }
             }
         };
-        lock(&self.placements).insert(eni.id.clone(), placement.why.clone());
+        self.placements
+            .chosen()
+            .insert(eni.id.clone(), placement.why.clone());
         match self.configure_eni(&eni, device, subnet_cidr).await {
             Ok(()) => {
                 self.growth_succeeded();
@@ -298,11 +303,11 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// throttling. An ENI someone else attached a moment ago may show nowhere yet; the attach
     /// then fails and the next round tries again.
     async fn free_device_index(&self) -> Result<u32, CloudError> {
-        let mut used: BTreeSet<u32> = lock(&self.unmanaged).values().copied().collect();
+        let mut used: BTreeSet<u32> = self.growth.unmanaged().values().copied().collect();
         for mac in cloud::attached_macs(&self.imds).await? {
             used.insert(cloud::eni_metadata(&self.imds, &mac).await?.device_number);
         }
-        used.extend(lock(&self.pool).enis().map(|e| e.device_number));
+        used.extend(self.ledger.pool().enis().map(|e| e.device_number));
         (1..self.node.instance.max_enis.max(1))
             .find(|d| !used.contains(d))
             .ok_or_else(|| {

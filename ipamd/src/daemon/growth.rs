@@ -2,13 +2,15 @@
 //! the answer an ADD that found no address gets. Each reason is a value that keeps its cause;
 //! it becomes text only where it is shown (STATUS, the CNI error, the log, /v1/pool).
 
+use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use cloud::{CloudError, CloudErrorKind, Ec2, Imds};
+use cloud::{CloudError, CloudErrorKind, CreateEni, Ec2, Imds};
 use pool::{Action, Blocked, StateStore, Targets, Timestamp};
 use thiserror::Error;
+use tokio::sync::Notify;
 use tracing::warn;
 
 use super::placement::{NoPlacement, eni_config};
@@ -29,11 +31,57 @@ pub const PLACEMENT_PAUSE: Duration = Duration::from_secs(30);
 
 /// Why the pool is not growing, for STATUS and the CNI error of an ADD that found no address.
 #[derive(Clone, Debug, Default)]
-pub(super) struct Growth {
+pub(super) struct GrowthStatus {
     pub(super) paused_until: Option<Timestamp>,
     pub(super) last_error: Option<Arc<GrowthFailure>>,
     /// When addresses were last given back (releases happen at most every 30 s).
     pub(super) last_release: Option<Timestamp>,
+}
+
+/// Growing the pool: its status, the controller's wake-up, the one-at-a-time lock on ENI
+/// changes, and what growth must remember between rounds.
+#[derive(Default)]
+pub(super) struct Growth {
+    status: Mutex<GrowthStatus>,
+    /// A CreateNetworkInterface request whose answer did not come back: sent again as it is
+    /// (same client token) until EC2 answers, so a lost answer never costs a second ENI.
+    pending_create: Mutex<Option<CreateEni>>,
+    /// Growth and reconciliation both change ENIs through EC2: one at a time.
+    ec2_ops: tokio::sync::Mutex<()>,
+    kick: Notify,
+    /// Attached ENIs ipamd does not manage, as EC2 last listed them: they take device indexes
+    /// and ENI slots.
+    unmanaged: Mutex<BTreeMap<String, u32>>,
+}
+
+impl Growth {
+    pub(super) fn status(&self) -> MutexGuard<'_, GrowthStatus> {
+        lock(&self.status)
+    }
+
+    pub(super) fn pending_create(&self) -> MutexGuard<'_, Option<CreateEni>> {
+        lock(&self.pending_create)
+    }
+
+    /// Held while ENIs change through EC2.
+    pub(super) async fn ec2_ops(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.ec2_ops.lock().await
+    }
+
+    /// Asks the controller for a round now.
+    pub(super) fn kick(&self) {
+        self.kick.notify_one();
+    }
+
+    /// Waits until something asks the controller for a round.
+    pub(super) async fn kicked(&self) {
+        self.kick.notified().await;
+    }
+
+    /// ENI id -> device index of the ENIs ipamd does not manage.
+    pub(super) fn unmanaged(&self) -> MutexGuard<'_, BTreeMap<String, u32>> {
+        lock(&self.unmanaged)
+    }
 }
 
 /// An attached ENI that could not be made usable on the node.
@@ -193,7 +241,7 @@ impl fmt::Display for NoGrowth {
 
 impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
     pub(super) fn growth_succeeded(&self) {
-        let mut growth = lock(&self.growth);
+        let mut growth = self.growth.status();
         growth.last_error = None;
         growth.paused_until = None;
     }
@@ -202,7 +250,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     pub(super) fn growth_failed(&self, failure: GrowthFailure) {
         warn!("{failure}");
         let now = self.clock.now();
-        let mut growth = lock(&self.growth);
+        let mut growth = self.growth.status();
         if let Some(pause) = failure.pause() {
             growth.paused_until = Some(now.after(pause));
         }
@@ -218,7 +266,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             && let Some(regarding) = self.own_object()
         {
             // As the Go CNI does, on ipamd's own pod.
-            self.emit(cluster::ClusterEvent {
+            self.steering.emit(cluster::ClusterEvent {
                 regarding,
                 kind: cluster::EventKind::Warning,
                 reason: "MissingIAMPermissions".into(),
@@ -241,7 +289,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// Whether the pool is growing or about to, or why not: paused, blocked by a limit, or
     /// already at its targets (an ADD then finds nothing to wait for).
     pub(super) fn can_grow(&self, now: Timestamp) -> Result<(), NoGrowth> {
-        let growth = lock(&self.growth).clone();
+        let growth = self.growth.status().clone();
         if let Some(until) = growth.paused_until.filter(|u| now < *u) {
             return Err(NoGrowth::Paused {
                 cause: growth.last_error,
@@ -259,7 +307,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         if creates && self.node.custom_networking {
             // What the cluster says decides at once whether an ENI can be placed, so an ADD
             // is told why instead of waiting for growth that cannot come.
-            eni_config(&self.cluster.borrow(), &self.node.eni_config_keys)
+            eni_config(&self.steering.view(), &self.node.eni_config_keys)
                 .map_err(NoGrowth::Placement)?;
         }
         if plan.actions.iter().any(Action::is_growth) {
@@ -272,7 +320,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// next round tries the new configuration at once.
     pub fn cluster_changed(&self) {
         self.report_rejected_settings();
-        let mut growth = lock(&self.growth);
+        let mut growth = self.growth.status();
         if growth
             .last_error
             .as_deref()
@@ -281,12 +329,12 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             growth.paused_until = None;
         }
         drop(growth);
-        self.kick.notify_one();
+        self.growth.kick();
     }
 
     /// The last growth failure, if the latest attempt failed.
     pub(super) fn last_growth_error(&self) -> Option<Arc<GrowthFailure>> {
-        lock(&self.growth).last_error.clone()
+        self.growth.status().last_error.clone()
     }
 }
 

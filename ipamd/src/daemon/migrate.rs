@@ -25,6 +25,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             warn!(path = %path.display(), "not migrated: {skipped}");
         }
         let (adopted, refused) = self
+            .ledger
             .persist(|pool| {
                 let mut muts = Vec::new();
                 let mut adopted = Vec::new();

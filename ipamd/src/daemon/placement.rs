@@ -3,6 +3,9 @@
 //! most free addresses, else the node's own subnet. And why a new ENI cannot be placed, in
 //! words that name what to fix.
 
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
 use cloud::{CloudError, CloudErrorKind, Ec2, EniFilter, Imds, Subnet};
 use cluster::{ApiState, ClusterView, EniConfigKeys, EniConfigSpec};
 use ipnetwork::Ipv4Network;
@@ -31,6 +34,25 @@ pub struct Placement {
     pub security_groups: Vec<String>,
     /// Why this subnet, for the log and /v1/enis.
     pub why: String,
+}
+
+/// What placing ENIs remembers: the primary ENI's security groups (new ENIs get them unless
+/// an ENIConfig names others), and why each ENI ipamd created went to its subnet.
+#[derive(Default)]
+pub(super) struct Placements {
+    security_groups: Mutex<Vec<String>>,
+    chosen: Mutex<BTreeMap<String, String>>,
+}
+
+impl Placements {
+    pub(super) fn security_groups(&self) -> MutexGuard<'_, Vec<String>> {
+        lock(&self.security_groups)
+    }
+
+    /// ENI id -> why it went to its subnet, for /v1/enis.
+    pub(super) fn chosen(&self) -> MutexGuard<'_, BTreeMap<String, String>> {
+        lock(&self.chosen)
+    }
 }
 
 /// Why no ENI can be created now. Each says what to fix.
@@ -175,7 +197,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// node's subnet.
     pub(super) async fn placement(&self) -> Result<Placement, NoPlacement> {
         let id = &self.node.identity;
-        let primary_groups = lock(&self.security_groups).clone();
+        let primary_groups = self.placements.security_groups().clone();
         let node_subnet = || Placement {
             subnet_id: id.primary_eni.subnet_id.clone(),
             subnet_cidr: id.primary_eni.subnet_cidr,
@@ -183,7 +205,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             why: "the node's subnet".into(),
         };
         if self.node.custom_networking {
-            let (name, spec) = eni_config(&self.cluster.borrow(), &self.node.eni_config_keys)?;
+            let (name, spec) = eni_config(&self.steering.view(), &self.node.eni_config_keys)?;
             let unknown = || NoPlacement::UnknownSubnet {
                 name: name.clone(),
                 subnet: spec.subnet.clone(),

@@ -10,7 +10,7 @@ use pool::{EniInfo, Removal, StateStore};
 use tracing::{debug, error, info, warn};
 
 use super::eni::{is_ours, sync_eni};
-use super::{Daemon, StartupError, lock};
+use super::{Daemon, StartupError};
 use crate::durability::PersistError;
 use crate::host::HostNetwork;
 
@@ -43,7 +43,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// ENI id -> (secondary /32s, prefixes), as IMDS shows them. Unmanaged ENIs are listed
     /// without addresses: only their presence matters.
     async fn imds_view(&self) -> Result<View, CloudError> {
-        let unmanaged = lock(&self.unmanaged).clone();
+        let unmanaged = self.growth.unmanaged().clone();
         let mut view = View::new();
         for mac in cloud::attached_macs(&self.imds).await? {
             let Some(id) = cloud::eni_id(&self.imds, &mac).await? else {
@@ -64,7 +64,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     }
 
     fn pool_view(&self) -> View {
-        let pool = lock(&self.pool);
+        let pool = self.ledger.pool();
         let mut view: View = pool
             .enis()
             .map(|e| {
@@ -76,7 +76,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 (e.id.clone(), (ips, pool.prefixes(&e.id).collect()))
             })
             .collect();
-        for id in lock(&self.unmanaged).keys() {
+        for id in self.growth.unmanaged().keys() {
             view.insert(id.clone(), Default::default());
         }
         view
@@ -88,7 +88,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// set up (idempotent) and synced. Addresses EC2 no longer has are dropped, assigned or
     /// not: the pod has lost it whatever we do. Runs at startup and whenever IMDS disagrees.
     pub(super) async fn reconcile_with_ec2(&self) -> Result<(), StartupError> {
-        let _ec2_ops = self.ec2_ops.lock().await;
+        let _ec2_ops = self.growth.ec2_ops().await;
         let id = &self.node.identity;
         let attached = self
             .ec2
@@ -100,13 +100,13 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             .iter()
             .find(|e| &e.id == primary_id)
             .ok_or_else(|| StartupError::NoPrimaryEni(primary_id.clone()))?;
-        *lock(&self.security_groups) = primary.security_groups.clone();
+        *self.placements.security_groups() = primary.security_groups.clone();
 
         let (ours, unmanaged): (Vec<&NetworkInterface>, Vec<&NetworkInterface>) = attached
             .iter()
             .partition(|e| &e.id == primary_id || is_ours(e, &id.instance_id));
         // ENIs someone else manages still take slots on the instance (`Daemon::limits`).
-        *lock(&self.unmanaged) = unmanaged
+        *self.growth.unmanaged() = unmanaged
             .iter()
             .filter_map(|e| Some((e.id.clone(), e.attachment.as_ref()?.device_index)))
             .collect();
@@ -119,7 +119,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             .filter_map(|e| e.attachment.as_ref().map(|a| a.device_index))
             .collect();
         let gone = self
-            .persist(|pool| {
+            .ledger.persist(|pool| {
                 let gone: Vec<EniInfo> = pool
                     .enis()
                     .filter(|e| !attached_ids.contains(e.id.as_str()))
@@ -159,21 +159,22 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
 
         // The primary ENI: its record and what it holds.
         let now = self.clock.now();
-        self.persist(|pool| {
-            let created_at = pool.eni(primary_id).map_or(now, |e| e.created_at);
-            let mut muts = pool.upsert_eni(EniInfo {
-                id: primary_id.clone(),
-                device_number: 0,
-                mac: id.primary_eni.mac.clone(),
-                primary_ip: id.primary_ip,
-                subnet_id: id.primary_eni.subnet_id.clone(),
-                subnet_cidr: id.primary_eni.subnet_cidr,
-                created_at,
-            });
-            muts.extend(sync_eni(pool, primary));
-            Ok::<_, PersistError>(((), muts))
-        })
-        .await?;
+        self.ledger
+            .persist(|pool| {
+                let created_at = pool.eni(primary_id).map_or(now, |e| e.created_at);
+                let mut muts = pool.upsert_eni(EniInfo {
+                    id: primary_id.clone(),
+                    device_number: 0,
+                    mac: id.primary_eni.mac.clone(),
+                    primary_ip: id.primary_ip,
+                    subnet_id: id.primary_eni.subnet_id.clone(),
+                    subnet_cidr: id.primary_eni.subnet_cidr,
+                    created_at,
+                });
+                muts.extend(sync_eni(pool, primary));
+                Ok::<_, PersistError>(((), muts))
+            })
+            .await?;
         if self.node.ip_family.has_v6() {
             self.sync_prefixes6(primary).await?;
         }
@@ -187,7 +188,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 warn!(eni = %eni.id, subnet = %eni.subnet_id, "subnet CIDR not known yet; the ENI waits for the next reconciliation");
                 continue;
             };
-            let known = lock(&self.pool).eni(&eni.id).is_some();
+            let known = self.ledger.pool().eni(&eni.id).is_some();
             match self.configure_eni(eni, device, cidr).await {
                 Ok(()) if !known => self.metrics.reconcile("eniReconcileAdd"),
                 Ok(()) => {}
@@ -206,7 +207,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         &self,
         eni: &NetworkInterface,
     ) -> Option<ipnetwork::Ipv4Network> {
-        if let Some(known) = lock(&self.pool).eni(&eni.id).map(|e| e.subnet_cidr) {
+        if let Some(known) = self.ledger.pool().eni(&eni.id).map(|e| e.subnet_cidr) {
             return Some(known);
         }
         let primary = &self.node.identity.primary_eni;

@@ -5,16 +5,23 @@
 //! released by the periodic reconciliation once their route is gone (the plugin asks ipamd
 //! first and removes the route after, so a DEL cannot be the moment to look).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
 
 use cloud::{Ec2, Imds};
-use pool::{AttachmentKey, EGRESS_V4_RANGE, PodInfo, StateStore};
+use pool::{AttachmentKey, EGRESS_V4_RANGE, PodInfo, StateStore, Timestamp};
 use tracing::{error, info, warn};
 
-use super::{Daemon, lock};
+use super::Daemon;
 use crate::durability::PersistError;
 use crate::host::HostNetwork;
+
+/// How old an assignment without a route must be to count as a dead pod's. A younger one may
+/// belong to an ADD whose plugin has its reply but has not added the route yet; releasing it
+/// could hand a live pod's address to another. Far above the plugin's own bounds (a 30 s
+/// reply wait, then netlink calls of at most 10 s each).
+pub const DEAD_POD_GRACE: Duration = Duration::from_secs(60);
 
 /// The network name of adopted addresses. No runtime uses it, so the runtime's GC (which
 /// names its network) never releases them: only their route going does.
@@ -65,6 +72,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             })
             .collect();
         let (adopted, unknown) = self
+            .ledger
             .persist(|pool| {
                 let held: BTreeSet<IpAddr> = pool
                     .allocations()
@@ -129,6 +137,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         }
         let now = self.clock.now();
         let cooled = self
+            .ledger
             .persist(|pool| {
                 let candidates: Vec<Ipv4Addr> = if lost.everything {
                     let enis: Vec<String> = pool.enis().map(|e| e.id.clone()).collect();
@@ -152,7 +161,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         if !cooled.is_empty() {
             warn!(
                 addresses = ?cooled,
-                cooldown = ?lock(&self.pool).cooldown(),
+                cooldown = ?self.ledger.pool().cooldown(),
                 "started a fresh cooldown on free addresses whose stored state was lost: each may have been released moments before"
             );
         }
@@ -163,7 +172,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// was adopted.
     pub(super) async fn release_recovered(&self) -> Result<(), PersistError> {
         let recovered: Vec<(AttachmentKey, IpAddr)> = {
-            let pool = lock(&self.pool);
+            let pool = self.ledger.pool();
             pool.allocations()
                 .into_iter()
                 .map(|a| (a.key, IpAddr::V4(a.ip)))
@@ -199,5 +208,102 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             info!(addresses = ?ips, attachment = %key, "released a recovered address: its pod's route is gone");
         }
         Ok(())
+    }
+
+    /// Releases, into cooldown, every address whose pod is gone from the node: its DEL came
+    /// while ipamd was away and was handled from prevResult by the plugin. Only at startup:
+    /// while ipamd runs, every DEL reaches it. Assignments younger than [`DEAD_POD_GRACE`]
+    /// are kept, and left to the runtime's GC if their pod is in fact gone.
+    pub(super) async fn release_dead_pods(&self) -> Result<(), PersistError> {
+        // Each attachment with every address it holds: a dual-stack pod is gone only when
+        // neither of its routes is left.
+        let mut held: BTreeMap<pool::AttachmentKey, (Timestamp, Vec<IpAddr>)> = BTreeMap::new();
+        {
+            let pool = self.ledger.pool();
+            for a in pool.allocations() {
+                let entry = held.entry(a.key).or_insert((a.assigned_at, Vec::new()));
+                entry.1.push(a.ip.into());
+            }
+            for a in pool.v6().allocations() {
+                let entry = held.entry(a.key).or_insert((a.assigned_at, Vec::new()));
+                entry.0 = entry.0.max(a.assigned_at);
+                entry.1.push(a.ip.into());
+            }
+        }
+        if held.is_empty() {
+            return Ok(());
+        }
+        let all = held
+            .values()
+            .flat_map(|(_, ips)| ips.iter().copied())
+            .collect();
+        let unrouted: BTreeSet<IpAddr> = match self.host.unrouted(all).await {
+            Ok(unrouted) => unrouted.into_iter().collect(),
+            Err(e) => {
+                warn!(error = %e, "could not read the node's routes; keeping every assignment");
+                return Ok(());
+            }
+        };
+        let now = self.clock.now();
+        let mut dead = Vec::new();
+        for (key, (assigned_at, ips)) in held {
+            if !ips.iter().all(|ip| unrouted.contains(ip)) {
+                continue;
+            }
+            if assigned_at.after(DEAD_POD_GRACE) > now {
+                info!(
+                    addresses = ?ips, attachment = %key,
+                    "kept an address without a route: assigned too recently to be sure its pod is gone"
+                );
+                continue;
+            }
+            dead.push(key);
+        }
+        if dead.is_empty() {
+            return Ok(());
+        }
+        for (key, ips) in self.release_keys(&dead, now).await? {
+            info!(
+                addresses = ?ips, attachment = %key,
+                "released an address whose pod is gone (its DEL came while ipamd was down)"
+            );
+        }
+        Ok(())
+    }
+
+    /// Releases each of `keys` into cooldown at `now`, in one durable commit; returns what
+    /// each held, IPv4 and IPv6 (keys that held nothing are skipped).
+    async fn release_keys(
+        &self,
+        keys: &[pool::AttachmentKey],
+        now: Timestamp,
+    ) -> Result<Vec<(pool::AttachmentKey, Vec<IpAddr>)>, PersistError> {
+        let released = self
+            .ledger
+            .persist(|pool| {
+                let mut released = Vec::new();
+                let mut muts = Vec::new();
+                for key in keys {
+                    let mut ips: Vec<IpAddr> = Vec::new();
+                    if let Some((r, m)) = pool.release(key, now) {
+                        ips.push(r.allocation.ip.into());
+                        muts.extend(m);
+                    }
+                    if let Some((a, m)) = pool.v6_mut().release(key, now) {
+                        ips.push(a.ip.into());
+                        muts.extend(m);
+                    }
+                    if !ips.is_empty() {
+                        released.push((key.clone(), ips));
+                    }
+                }
+                Ok::<_, PersistError>((released, muts))
+            })
+            .await;
+        if released.as_ref().is_ok_and(|r| !r.is_empty()) {
+            // Their pods' veths are no longer kept: the next sweep may take them.
+            self.veths.notify_unrouted();
+        }
+        released
     }
 }

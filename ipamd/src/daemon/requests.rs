@@ -8,7 +8,7 @@ use ipam_proto::{self as proto, DaemonError, ErrorKind, Reply, Request};
 use pool::{AssignError, StateStore, Timestamp};
 use tracing::{debug, info, warn};
 
-use super::{Daemon, lock};
+use super::Daemon;
 use crate::convert;
 use crate::durability::PersistError;
 use crate::host::HostNetwork;
@@ -58,18 +58,18 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         let pod = convert::pod(&r.pod, &r.netns);
         let deadline = tokio::time::Instant::now() + self.node.add_wait;
         // Subscribed before the first attempt, so growth in between is not missed.
-        let mut grown = self.grown.subscribe();
+        let mut grown = self.ledger.watch_growth();
         let (held, existing, seq) = loop {
             let now = self.clock.now();
             let attempt = {
-                let mut pool = lock(&self.pool);
+                let mut pool = self.ledger.pool();
                 let existing = pool.get(&key).is_some() || pool.v6().get(&key).is_some();
                 let (result, muts) = self.assign(&mut pool, &key, &pod, now);
                 match result {
-                    Ok(held) => Ok((held, existing, self.commit(&pool, &muts)?)),
+                    Ok(held) => Ok((held, existing, self.ledger.commit(&pool, &muts)?)),
                     Err(e) => {
                         if !muts.is_empty() {
-                            self.commit(&pool, &muts)?;
+                            self.ledger.commit(&pool, &muts)?;
                         }
                         Err(e)
                     }
@@ -78,7 +78,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             match attempt {
                 Ok(done) => break done,
                 Err(e) => {
-                    self.kick.notify_one();
+                    self.growth.kick();
                     if let Shortage::V4(_) = e
                         && self.can_grow(now).is_err()
                     {
@@ -95,9 +95,9 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         };
         // A failed flush leaves the assignment in place: the runtime retries the ADD (which
         // gets the same address) or sends DEL, and the next commit writes it.
-        self.durable.wait(seq).await?;
+        self.ledger.wait(seq).await?;
         // The pool may have dropped below its target: let the controller look now.
-        self.kick.notify_one();
+        self.growth.kick();
         let allocation = held
             .allocation()
             .ok_or_else(|| internal("assigned nothing"))?;
@@ -164,7 +164,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         e: Shortage,
         now: Timestamp,
     ) -> DaemonError {
-        self.kick.notify_one();
+        self.growth.kick();
         let can_grow = self.can_grow(now);
         let cause = cause(&e, &can_grow, self.last_growth_error().as_deref());
         let growth = match (&e, can_grow) {
@@ -190,7 +190,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 ),
                 _ => String::new(),
             };
-            self.emit(cluster::ClusterEvent {
+            self.steering.emit(cluster::ClusterEvent {
                 regarding: cluster::Regarding::Pod {
                     namespace: pod.namespace.clone(),
                     name: pod.name.clone(),
@@ -209,6 +209,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         let key = convert::key(&r.key);
         let now = self.clock.now();
         let released = self
+            .ledger
             .persist(|pool| {
                 let held = Held {
                     v4: pool.get(&key),
@@ -232,10 +233,10 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             })
             .await?;
         // The pool may now be above its target: let the controller look.
-        self.kick.notify_one();
+        self.growth.kick();
         // The plugin unroutes the pod next (from its prevResult when ipamd held nothing): its
         // veth goes with the namespace, or with the next sweep.
-        self.unrouted.notify_one();
+        self.veths.notify_unrouted();
         let allocation = released.allocation();
         match &allocation {
             Some(_) => {
@@ -251,13 +252,13 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     async fn check(&self, r: proto::CheckRequest) -> Result<Reply, DaemonError> {
         let key = convert::key(&r.key);
         let found = {
-            let pool = lock(&self.pool);
+            let pool = self.ledger.pool();
             Held {
                 v4: pool.get(&key),
                 v6: pool.v6().get(&key),
             }
         };
-        self.durable.wait(self.durable.seen()).await?;
+        self.ledger.flush().await?;
         match found.allocation() {
             Some(allocation) => Ok(Reply::Check(proto::CheckReply { allocation })),
             None => Err(DaemonError::new(
@@ -273,7 +274,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         Reply::Status(proto::StatusReply {
             ready: reason.is_none(),
             reason,
-            pool: convert::counts(lock(&self.pool).counts(now)),
+            pool: convert::counts(self.ledger.pool().counts(now)),
         })
     }
 
@@ -281,7 +282,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// IPv4 address free and none coming.
     pub(super) fn not_ready(&self, now: Timestamp) -> Option<String> {
         let (counts, prefixes6) = {
-            let pool = lock(&self.pool);
+            let pool = self.ledger.pool();
             (pool.counts(now), pool.v6().counts(now).prefixes)
         };
         if self.node.ip_family.has_v6() && prefixes6 == 0 {
@@ -311,6 +312,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             .collect();
         let now = self.clock.now();
         let (released, released6) = self
+            .ledger
             .persist(|pool| {
                 let (released, mut muts) = pool.gc(&r.network, &valid, now);
                 let (released6, m) = pool.v6_mut().gc(&r.network, &valid, now);
@@ -333,7 +335,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         }
         if !by_key.is_empty() {
             // A released attachment's veth is no longer kept: the next sweep may take it.
-            self.unrouted.notify_one();
+            self.veths.notify_unrouted();
         }
         Ok(Reply::Gc(proto::GcReply {
             released: by_key.values().filter_map(Held::allocation).collect(),

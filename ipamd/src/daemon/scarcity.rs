@@ -4,14 +4,15 @@
 //! reads its subnets' free counts (DescribeSubnets as it starts and every 10 minutes or so, unless
 //! subnet discovery's own DescribeSubnets told it; at once when EC2 says a subnet is full) and decides alone; hysteresis keeps it from flapping.
 
-use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cloud::{Ec2, EniFilter, Imds};
-use pool::{StateStore, Targets};
+use pool::{StateStore, Targets, Timestamp};
 use tracing::{info, warn};
 
-use super::Daemon;
+use super::{Daemon, lock};
 use crate::host::HostNetwork;
 
 /// Scarce below this share of a subnet free...
@@ -46,10 +47,37 @@ pub fn scarce_targets(base: Targets) -> Targets {
     }
 }
 
+/// Whether the node is in scarcity mode, and when it last read its subnets' free counts.
+#[derive(Default)]
+pub(super) struct Scarcity {
+    on: AtomicBool,
+    read_at: Mutex<Option<Timestamp>>,
+}
+
+impl Scarcity {
+    pub(super) fn is_on(&self) -> bool {
+        self.on.load(Ordering::SeqCst)
+    }
+
+    /// Sets the mode; true when that changed it.
+    fn set(&self, on: bool) -> bool {
+        self.on.swap(on, Ordering::SeqCst) != on
+    }
+
+    /// Whether the free counts were read in the last half period.
+    fn fresh(&self, now: Timestamp) -> bool {
+        lock(&self.read_at).is_some_and(|at| now < at.after(CHECK_PERIOD / 2))
+    }
+
+    fn read(&self, now: Timestamp) {
+        *lock(&self.read_at) = Some(now);
+    }
+}
+
 impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
     /// Whether the node is in scarcity mode now.
     pub fn subnet_scarce(&self) -> bool {
-        self.scarce.load(Ordering::SeqCst)
+        self.scarcity.is_on()
     }
 
     /// Reads the free counts of the node's subnets (its own and its ENIs') and enters or
@@ -60,9 +88,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             return;
         }
         let now = self.clock.now();
-        let fresh =
-            super::lock(&self.scarcity_read).is_some_and(|at| now < at.after(CHECK_PERIOD / 2));
-        if fresh {
+        if self.scarcity.fresh(now) {
             return;
         }
         let filter = [EniFilter {
@@ -79,7 +105,9 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
 
     /// The subnets the node takes addresses from: its own and its ENIs'.
     fn own_subnets(&self) -> Vec<String> {
-        let mut ids: Vec<String> = super::lock(&self.pool)
+        let mut ids: Vec<String> = self
+            .ledger
+            .pool()
             .enis()
             .map(|e| e.subnet_id.clone())
             .collect();
@@ -107,24 +135,22 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         else {
             return;
         };
-        *super::lock(&self.scarcity_read) = Some(self.clock.now());
-        let was = self.subnet_scarce();
-        let now = next(was, free);
-        if now != was {
-            self.scarce.store(now, Ordering::SeqCst);
+        self.scarcity.read(self.clock.now());
+        let now = next(self.subnet_scarce(), free);
+        if self.scarcity.set(now) {
             info!(
                 subnet = %subnet.id, free_addresses = subnet.available_ips,
                 free_percent = format!("{:.1}", free * 100.0),
                 "subnet scarcity mode {}",
                 if now { "on: one warm address, idle ones given back" } else { "off: the warm targets again" }
             );
-            self.kick.notify_one();
+            self.growth.kick();
         }
     }
 
     /// EC2 said a subnet is full: scarcity mode at once, until a check says otherwise.
     pub(super) fn subnet_full(&self) {
-        if self.node.scarcity_mode && !self.scarce.swap(true, Ordering::SeqCst) {
+        if self.node.scarcity_mode && self.scarcity.set(true) {
             info!("subnet scarcity mode on: EC2 says the subnet is full");
         }
     }

@@ -8,7 +8,7 @@ use cloud::{CloudError, CloudErrorKind, Ec2, Imds};
 use pool::{Action, Mutation, Pool, Removal, StateStore, Timestamp};
 use tracing::{debug, error, info, warn};
 
-use super::{Daemon, lock};
+use super::Daemon;
 use crate::durability::PersistError;
 use crate::host::HostNetwork;
 
@@ -30,7 +30,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// only if it is still neither assigned nor cooling (an ADD and a DEL may have come since
     /// the plan), so nothing a pod holds or held a moment ago is released.
     pub(super) async fn release(&self, actions: Vec<Action>, now: Timestamp) {
-        lock(&self.growth).last_release = Some(now);
+        self.growth.status().last_release = Some(now);
         for action in actions {
             let (eni_id, gone_ips, gone_prefixes) = match action {
                 Action::ReleaseIps { eni_id, ips } => {
@@ -91,6 +91,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         remove: impl Fn(&mut Pool, T) -> Result<Vec<Mutation>, pool::PoolError>,
     ) -> Vec<T> {
         let taken = self
+            .ledger
             .persist(|pool| {
                 let mut gone = Vec::new();
                 let mut muts = Vec::new();
@@ -117,6 +118,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     pub(super) async fn free_eni(&self, eni_id: &str) -> bool {
         let now = self.clock.now();
         let freed = self
+            .ledger
             .persist(|pool| {
                 let Some(info) = pool.eni(eni_id).cloned() else {
                     return Ok((None, Vec::new()));

@@ -3,21 +3,85 @@
 //! (Events, the node's real capacity, readiness).
 
 use std::collections::HashSet;
+use std::sync::{Mutex, MutexGuard};
 
 use cloud::{Ec2, Imds};
-use cluster::{ClusterEvent, EventKind, PodFacts, Regarding};
+use cluster::{ClusterEvent, ClusterView, EventKind, PodFacts, Regarding};
 use pool::{ADDRS_PER_PREFIX, NodeLimits, StateStore, Targets};
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
 use super::overrides::{Overrides, Rejected};
+use super::waits::Waiting;
 use super::{Daemon, lock};
 use crate::host::HostNetwork;
+
+/// The cluster as ipamd follows it, and what ipamd keeps of its dealings with it: the view
+/// (kept current by the caller), what custom networking waits for, the node settings already
+/// reported as rejected, and where Events go.
+pub(super) struct Steering {
+    view: watch::Receiver<ClusterView>,
+    waiting: Mutex<Option<Waiting>>,
+    rejected: Mutex<Vec<Rejected>>,
+    events: Option<mpsc::Sender<ClusterEvent>>,
+}
+
+impl Steering {
+    pub(super) fn new(
+        view: watch::Receiver<ClusterView>,
+        events: Option<mpsc::Sender<ClusterEvent>>,
+    ) -> Self {
+        Steering {
+            view,
+            waiting: Mutex::new(None),
+            rejected: Mutex::new(Vec::new()),
+            events,
+        }
+    }
+
+    /// The latest view. Never held across an await, nor while taking the pool's lock.
+    pub(super) fn view(&self) -> watch::Ref<'_, ClusterView> {
+        self.view.borrow()
+    }
+
+    /// The view, to be told when it changes.
+    pub(super) fn subscribe(&self) -> watch::Receiver<ClusterView> {
+        self.view.clone()
+    }
+
+    pub(super) fn waiting(&self) -> MutexGuard<'_, Option<Waiting>> {
+        lock(&self.waiting)
+    }
+
+    /// Of `rejected` (the settings the node has wrong now), those not reported yet.
+    fn newly_rejected(&self, rejected: Vec<Rejected>) -> Vec<Rejected> {
+        let mut seen = lock(&self.rejected);
+        let new = rejected
+            .iter()
+            .filter(|r| !seen.contains(r))
+            .cloned()
+            .collect();
+        *seen = rejected;
+        new
+    }
+
+    /// Hands an Event to whoever records them; dropped, with a log line, when nobody does or
+    /// the queue is full (the API server is away and Events pile up).
+    pub(super) fn emit(&self, event: ClusterEvent) {
+        let Some(events) = &self.events else {
+            return;
+        };
+        if let Err(e) = events.try_send(event) {
+            debug!(error = %e, "an Event was not queued");
+        }
+    }
+}
 
 impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
     /// The node's own settings, from the latest view of it.
     fn overrides(&self) -> Overrides {
-        self.cluster
-            .borrow()
+        self.steering
+            .view()
             .node
             .as_ref()
             .map(Overrides::of)
@@ -38,13 +102,13 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// The limits the pool plans with now: ENIs someone else manages take ENI slots, and the
     /// node may lower MAX_ENI.
     pub fn limits(&self) -> NodeLimits {
-        let unmanaged = lock(&self.unmanaged).len() as u32;
+        let unmanaged = self.growth.unmanaged().len() as u32;
         let max_enis = self
             .overrides()
             .max_enis(self.node.instance.max_enis, self.node.max_enis);
         NodeLimits {
             max_enis: max_enis.saturating_sub(unmanaged).max(1),
-            ..self.base_limits
+            ..self.node.limits
         }
     }
 
@@ -53,8 +117,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     pub fn draining(&self) -> bool {
         !self.node.manage_enis_non_schedulable
             && self
-                .cluster
-                .borrow()
+                .steering
+                .view()
                 .node
                 .as_ref()
                 .is_some_and(|n| n.unschedulable)
@@ -66,10 +130,10 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         if !self.node.ip_family.has_v4() {
             return 0;
         }
-        let Some(pods) = self.cluster.borrow().pods.clone() else {
+        let Some(pods) = self.steering.view().pods.clone() else {
             return 0;
         };
-        let pool = lock(&self.pool);
+        let pool = self.ledger.pool();
         let held: HashSet<(String, String)> = pool
             .allocations()
             .into_iter()
@@ -105,24 +169,13 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// Addresses a pod could be given now (in IPv6 mode, whether a /80 is delegated).
     pub fn free_addresses(&self) -> u32 {
         let now = self.clock.now();
-        let pool = lock(&self.pool);
+        let pool = self.ledger.pool();
         if self.node.ip_family.has_v4() {
             pool.counts(now).available
         } else if pool.v6().counts(now).prefixes > 0 {
             u32::MAX
         } else {
             0
-        }
-    }
-
-    /// Hands an Event to whoever records them; dropped, with a log line, when nobody does or
-    /// the queue is full (the API server is away and Events pile up).
-    pub(super) fn emit(&self, event: ClusterEvent) {
-        let Some(events) = &self.events else {
-            return;
-        };
-        if let Err(e) = events.try_send(event) {
-            debug!(error = %e, "an Event was not queued");
         }
     }
 
@@ -135,8 +188,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 uid: String::new(),
             });
         }
-        self.cluster
-            .borrow()
+        self.steering
+            .view()
             .node_name
             .clone()
             .map(|name| Regarding::Node { name })
@@ -147,7 +200,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         if !given.is_empty() {
             return given.to_string();
         }
-        let view = self.cluster.borrow();
+        let view = self.steering.view();
         view.pods
             .iter()
             .flatten()
@@ -159,22 +212,13 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// Tells the node's owner, once per value, which of its settings were not taken.
     pub(super) fn report_rejected_settings(&self) {
         let rejected = self.overrides().rejected;
-        let new: Vec<Rejected> = {
-            let mut seen = lock(&self.rejected);
-            let new = rejected
-                .iter()
-                .filter(|r| !seen.contains(r))
-                .cloned()
-                .collect();
-            *seen = rejected;
-            new
-        };
-        let Some(node) = self.cluster.borrow().node_name.clone() else {
+        let new = self.steering.newly_rejected(rejected);
+        let Some(node) = self.steering.view().node_name.clone() else {
             return;
         };
         for r in new {
             warn!(key = %r.key, value = %r.value, problem = %r.problem, "a node setting was not taken; the environment's value stays");
-            self.emit(ClusterEvent {
+            self.steering.emit(ClusterEvent {
                 regarding: Regarding::Node { name: node.clone() },
                 kind: EventKind::Warning,
                 reason: "InvalidSetting".into(),

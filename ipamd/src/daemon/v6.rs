@@ -20,6 +20,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     ) -> Result<(), PersistError> {
         let delegated = &primary.ipv6_prefixes;
         let lost = self
+            .ledger
             .persist(|pool| {
                 let stale: Vec<_> = pool
                     .v6()
@@ -52,13 +53,14 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
     /// Asks EC2 for a /80 on the primary ENI when the node holds none. The caller holds
     /// `ec2_ops`. A failure is recorded like a failed growth step and tried again next round.
     pub(super) async fn ensure_prefix6(&self) {
-        if super::lock(&self.pool).v6().prefixes().next().is_some() {
+        if self.ledger.pool().v6().prefixes().next().is_some() {
             return;
         }
         let primary = self.node.identity.primary_eni.eni_id.clone();
         match self.ec2.assign_ipv6_prefixes(&primary, 1).await {
             Ok(prefixes) => {
                 let added = self
+                    .ledger
                     .persist_growth(|pool| {
                         let mut muts = Vec::new();
                         for prefix in &prefixes {

@@ -6,9 +6,11 @@
 //! ADD is wiring it, or something other than DEL took its route) and keeps its veth.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use pool::{StateStore, Timestamp};
+use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use cloud::{Ec2, Imds};
@@ -58,6 +60,28 @@ impl IdleSince {
     }
 }
 
+/// The sweeper's memory: the veths seen idle, and the signal that a DEL left one behind.
+#[derive(Default)]
+pub(super) struct VethSweep {
+    idle: Mutex<IdleSince>,
+    unrouted: Notify,
+}
+
+impl VethSweep {
+    pub(super) fn idle(&self) -> MutexGuard<'_, IdleSince> {
+        lock(&self.idle)
+    }
+
+    /// A DEL unrouted a pod (or an address was released): its veth may be left to sweep.
+    pub(super) fn notify_unrouted(&self) {
+        self.unrouted.notify_one();
+    }
+
+    pub(super) async fn unrouted(&self) {
+        self.unrouted.notified().await;
+    }
+}
+
 impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
     /// One sweep: deletes the veths idle for [`VETH_GRACE`]. True while other veths are idle
     /// but not for long enough yet: the caller sweeps again after the grace.
@@ -77,7 +101,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             debug!(veth = %veth.name, "the veth of an attachment ipamd holds carries no route; keeping it");
         }
         let (due, waiting) = {
-            let mut since = lock(&self.idle_veths);
+            let mut since = self.veths.idle();
             let due = since.observe(idle, self.clock.now(), VETH_GRACE);
             (due, since.waiting())
         };
@@ -103,7 +127,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 &key.ifname,
             )
         };
-        let pool = lock(&self.pool);
+        let pool = self.ledger.pool();
         let v4 = pool.allocations().into_iter().map(|a| name(&a.key, &a.pod));
         let v6 = pool
             .v6()
@@ -115,7 +139,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
 
     /// Waits until a DEL has unrouted a pod whose veth may outlive it.
     pub async fn pod_unrouted(&self) {
-        self.unrouted.notified().await;
+        self.veths.unrouted().await;
     }
 }
 

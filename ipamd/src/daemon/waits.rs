@@ -13,8 +13,8 @@ use introspect::ClusterStatus;
 use pool::StateStore;
 use tracing::{error, info};
 
+use super::Daemon;
 use super::eni::wall_time;
-use super::{Daemon, lock};
 use crate::host::HostNetwork;
 
 /// How long each stage may take before ipamd says, as an error, that it is stuck there. The
@@ -94,8 +94,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             return;
         }
         let now = wall_time(self.clock.now());
-        let current = stage(&self.cluster.borrow(), &self.node.eni_config_keys);
-        let mut waiting = lock(&self.waiting);
+        let current = stage(&self.steering.view(), &self.node.eni_config_keys);
+        let mut waiting = self.steering.waiting();
         match (current, waiting.as_mut()) {
             (None, None) => {}
             (None, Some(w)) => {
@@ -115,7 +115,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                          this node's pods get no address until it arrives ({})",
                         waited.as_secs(),
                         STAGE_DEADLINE.as_secs(),
-                        api_text(&self.cluster.borrow().api)
+                        api_text(&self.steering.view().api)
                     );
                 }
             }
@@ -135,8 +135,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
 
     /// The cluster as introspection shows it.
     pub(super) fn cluster_status(&self) -> ClusterStatus {
-        let view = self.cluster.borrow();
-        let waiting = lock(&self.waiting).as_ref().map(|w| {
+        let view = self.steering.view();
+        let waiting = self.steering.waiting().as_ref().map(|w| {
             format!(
                 "{} since {} (deadline {}s{})",
                 w.stage,

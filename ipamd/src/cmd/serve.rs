@@ -1,0 +1,269 @@
+//! The daemon: ipamd serving the plugin on its socket, introspection and metrics over HTTP,
+//! and every background task through [`Daemon::run`], until SIGTERM or SIGINT.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use backon::{ExponentialBuilder, Retryable};
+use cloud::aws::{AwsEc2, AwsImds, Ec2Settings};
+use cloud::throttle::{ThrottlePolicy, Throttled};
+use cluster::{ClusterView, KubeCluster};
+use introspect::{Bind, Metrics};
+use ipamd::clock::SystemClock;
+use ipamd::config::{BindAddress, Config, ignored_settings};
+use ipamd::daemon::{Publish, Tasks};
+use ipamd::host::NetlinkHost;
+use ipamd::surface::{self, DaemonSource, Ec2Metrics};
+use ipamd::{Daemon, Parts, server};
+use pool::Clock;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+
+use super::entrypoint::{self, Install, PendingConflist};
+use super::{configure, node_identity};
+
+pub fn run(started: Instant, install: Option<Install>) -> anyhow::Result<ExitCode> {
+    let config = configure()?;
+    info!("Starting vpc-cni ipamd {} ...", env!("CARGO_PKG_VERSION"));
+    for key in &config.dropped_eni_tags {
+        warn!(
+            "ADDITIONAL_ENI_TAGS: tag {key:?} is reserved (contains k8s.amazonaws.com) and is not applied"
+        );
+    }
+    for warning in ignored_settings(|k| std::env::var(k).ok()) {
+        warn!("{warning}");
+    }
+    // Everything the entrypoint needs is checked before ipamd starts: a bad setting fails at
+    // once, not after the node is set up.
+    let pending = install.map(entrypoint::prepare).transpose()?;
+    // Two workers: ipamd's work is small and latency-bound, and each thread costs memory.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve(config, started, pending))
+}
+
+/// The cluster as ipamd will see it. With a node name (`MY_NODE_NAME`) and a Kubernetes
+/// client configuration (in-cluster, or `KUBECONFIG`), it is followed in the background and
+/// ipamd never waits for it; without them ipamd runs without the cluster and says so, unless
+/// custom networking needs it, which is then a startup error naming what is missing.
+async fn follow_cluster(
+    config: &Config,
+) -> anyhow::Result<(watch::Receiver<ClusterView>, Option<KubeCluster>)> {
+    let without = |why: String| {
+        if config.custom_networking {
+            anyhow::bail!(
+                "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true reads the node's ENIConfig from the Kubernetes API, but {why}"
+            );
+        }
+        info!("running without the Kubernetes API: {why}");
+        Ok((watch::channel(ClusterView::not_configured(why)).1, None))
+    };
+    let Some(node) = &config.node_name else {
+        return without("MY_NODE_NAME is not set".into());
+    };
+    let instance = config
+        .own_pod
+        .as_ref()
+        .map_or_else(|| node.clone(), |(_, pod)| pod.clone());
+    let client = match KubeCluster::connect(instance).await {
+        Ok(client) => client,
+        Err(e) => return without(format!("no client configuration ({e})")),
+    };
+    info!(node = %node, custom_networking = config.custom_networking, "following the node in the Kubernetes API");
+    let (view, seen) = watch::channel(ClusterView::not_configured("starting"));
+    tokio::spawn(cluster::follow(
+        client.clone(),
+        node.clone(),
+        config.custom_networking,
+        view,
+    ));
+    Ok((seen, Some(client)))
+}
+
+fn bind(address: &BindAddress) -> Bind {
+    match address {
+        BindAddress::Tcp(addr) => Bind::Tcp(*addr),
+        BindAddress::Unix(path) => Bind::Unix(path.clone()),
+    }
+}
+
+/// Serves `router` on `bind` until shutdown. A listener that fails (the port is taken) is
+/// retried with backoff, as the Go CNI does: the endpoints matter less than the pods.
+fn spawn_http(
+    what: &'static str,
+    bind: Bind,
+    router: axum::Router,
+    stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let listen = || {
+            info!("Serving {what} on {bind}");
+            let mut until = stop.clone();
+            let shutdown = async move {
+                let _ = until.wait_for(|stopped| *stopped).await;
+            };
+            introspect::serve(bind.clone(), router.clone(), shutdown)
+        };
+        let retried = listen
+            .retry(
+                ExponentialBuilder::new()
+                    .with_min_delay(Duration::from_secs(1))
+                    .with_max_delay(Duration::from_secs(60))
+                    .without_max_times(),
+            )
+            .sleep(tokio::time::sleep)
+            .notify(
+                |e, pause| error!(error = %e, "{what} failed; retrying in {}s", pause.as_secs()),
+            );
+        let mut stopped = stop.clone();
+        tokio::select! {
+            _ = retried => {}
+            _ = stopped.wait_for(|stopped| *stopped) => {}
+        }
+    })
+}
+
+async fn serve(
+    config: Config,
+    started: Instant,
+    pending: Option<PendingConflist>,
+) -> anyhow::Result<ExitCode> {
+    let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+    let metrics = Arc::new(Metrics::new(env!("CARGO_PKG_VERSION")).context("registering metrics")?);
+
+    let imds = AwsImds::new();
+    let identity = node_identity(&imds).await?;
+    info!(
+        instance = %identity.instance_id, region = %identity.region,
+        eni = %identity.primary_eni.eni_id, ip = %identity.primary_ip, "node identity from IMDS"
+    );
+    let ec2 = Throttled::new(
+        AwsEc2::connect(&Ec2Settings {
+            region: identity.region.clone(),
+            endpoint: config.ec2_endpoint.clone(),
+            attempt_timeout: config.http_timeout,
+        })
+        .await,
+        ThrottlePolicy::default(),
+    )
+    .context("the EC2 rate limits")?
+    .with_observer(Arc::new(Ec2Metrics(Arc::clone(&metrics))));
+    let (cluster_view, writer) = follow_cluster(&config).await?;
+    let (events, events_rx) = match &writer {
+        Some(_) => {
+            let (tx, rx) = tokio::sync::mpsc::channel(ipamd::publish::EVENT_QUEUE);
+            (Some(tx), Some(rx))
+        }
+        None => (None, None),
+    };
+    let clock = Arc::new(SystemClock);
+    let (store, lost) = ipamd::state::open_state(&config.state_dir, clock.now())?;
+    let store = Arc::new(store);
+    let init_started = Instant::now();
+    let started_daemon = {
+        let _busy = metrics.action_in_progress("nodeInit");
+        Daemon::start(
+            &config,
+            Parts {
+                ec2,
+                imds,
+                host: NetlinkHost,
+                store,
+                clock,
+                identity,
+                metrics: Arc::clone(&metrics),
+                lost,
+                cluster: cluster_view,
+                events,
+            },
+        )
+        .await
+    };
+    metrics.node_init(init_started.elapsed().as_secs_f64(), started_daemon.is_ok());
+    let daemon = Arc::new(started_daemon?);
+
+    let listener = server::bind(&config.socket)
+        .with_context(|| format!("binding {}", config.socket.display()))?;
+    info!("Serving RPC Handler on unix:{}", config.socket.display());
+
+    let (stop, stopped) = watch::channel(false);
+    let source = Arc::new(DaemonSource(Arc::clone(&daemon)));
+    let mut http = Vec::new();
+    if !config.disable_introspection {
+        let router = introspect::introspection_router(
+            Arc::clone(&source) as Arc<dyn introspect::Source>,
+            surface::network_env(&config),
+            surface::ipamd_env(&config),
+        );
+        let bind = bind(&config.introspection_bind);
+        http.push(spawn_http(
+            "introspection endpoints",
+            bind,
+            router,
+            stopped.clone(),
+        ));
+    }
+    if !config.disable_metrics {
+        let router = introspect::metrics_router(Arc::clone(&metrics), source);
+        let bind = bind(&config.metrics_bind);
+        http.push(spawn_http("metrics", bind, router, stopped.clone()));
+    }
+    if let Some(pending) = &pending {
+        entrypoint::write_conflist(pending).context("installing the conflist")?;
+    }
+    metrics.startup(started.elapsed().as_secs_f64(), true, "");
+
+    // Started once ipamd serves: the startup taint comes off only then.
+    let mut tasks = Tasks::from_config(&config);
+    tasks.publish = writer.map(|writer| Publish {
+        writer: Arc::new(writer),
+        events: events_rx,
+        startup_taint_min_ips: config.startup_taint_min_ips,
+        max_pods: config.publish_node_max_pods,
+    });
+    let running = {
+        let mut stopped = stopped.clone();
+        tokio::spawn(Arc::clone(&daemon).run(tasks, random_fraction, async move {
+            let _ = stopped.wait_for(|stopped| *stopped).await;
+        }))
+    };
+
+    let shutdown = async {
+        tokio::select! {
+            _ = sigterm.recv() => info!("Received SIGTERM, shutting down"),
+            _ = sigint.recv() => info!("Received SIGINT, shutting down"),
+        }
+    };
+    server::serve(
+        listener,
+        Arc::clone(&daemon),
+        server::Settings::default(),
+        shutdown,
+    )
+    .await;
+    let _ = stop.send(true);
+    for task in http {
+        let _ = task.await;
+    }
+    running
+        .await
+        .context("the daemon's tasks")?
+        .context("flushing state at shutdown")?;
+    if let Err(e) = std::fs::remove_file(&config.socket) {
+        warn!(error = %e, "could not remove the socket");
+    }
+    info!("ipamd stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A draw from [0, 1): spreads a fleet's periodic EC2 calls.
+fn random_fraction() -> f64 {
+    f64::from(getrandom::u32().unwrap_or(0)) / f64::from(u32::MAX)
+}
