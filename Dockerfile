@@ -20,7 +20,7 @@
 # scripts/build-release.sh), so it runs on any node OS the Go CNI supports, Amazon Linux 2
 # included. Debian's portmap and loopback (below) are Go programs linked against glibc
 # dynamically and still need glibc 2.34 or later on the node: the image cannot serve an
-# Amazon Linux 2 node until it ships static builds of those two (the README says so).
+# Amazon Linux 2 node until it ships static builds of those two (docs/compatibility.md says so).
 #
 # Without a registry, scripts/image.sh builds the same runtime stage from this file's own
 # lines (the Debian suite, the packages, the COPY lines, WORKDIR, ENTRYPOINT) and refuses

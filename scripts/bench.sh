@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Benchmarks of vpc-cni side by side with the reference plugins (ptp + host-local) in the same
-# run, written to docs/benchmarks.md with the commands, the machine, and min / median / max.
+# run, written to docs/reports/benchmarks.md with the commands, the machine, and min / median / max.
 # Timing targets are checked here, never inside tests.
 #
 #   scripts/bench.sh [--runs N] [--only SECTION,...]
 #
 #   --runs N    hyperfine runs per latency figure are 10 x N; concurrency, cold-ADD, RSS and
 #               kubelet runs are N (default 5).
-#   --only ...  run only these sections and print the results; docs/benchmarks.md is written
+#   --only ...  run only these sections and print the results; docs/reports/benchmarks.md is written
 #               only by a full run. Sections: latency, concurrency, rss, size, cold, churn,
 #               kubelet, brain.
 #
@@ -52,7 +52,7 @@ mkdir -p "$BIN_DIR"
 ln -s "$DIST/ipamd" "$DIST/vpc-cni" "$CARGO_TARGET_DIR/release/vpc-sim" "$BIN_DIR/"
 export VPC_CNI_BIN_DIR=$BIN_DIR
 BOX=$REPO/scripts/vpc-box.sh
-OUT=$REPO/docs/benchmarks.md
+OUT=$REPO/docs/reports/benchmarks.md
 PLUGIN=$DIST/vpc-cni
 # ipamd's state on tmpfs, as on a real node's /run, and on disk: the latency is measured with
 # each (the filesystems are named in the report).
@@ -419,7 +419,7 @@ bench_rss() {
     MISSES+=("- **ipamd memory**: $(mib "$r1") MiB at $RSS_PODS pods, $(awk -v r="$(mib "$r1")" 'BEGIN { printf "%.1f", r - 12 }') MiB over 12 MiB." \
       "The private memory (RssAnon: heap, stacks) is $(mib "$a1") MiB; the rest is file-backed, mostly" \
       "pages of the $(mib $(($(stat -L -c %s "$BIN_DIR/ipamd") / 1024))) MiB ipamd binary that the kernel maps in as the code runs" \
-      "(the smaps breakdown above). docs/memory-profile.md has the profile: the binary by crate" \
+      "(the smaps breakdown above). [memory-profile.md](memory-profile.md) has the profile: the binary by crate" \
       "(no crate dominates: the AWS SDK, std's generic code, kube, aws-lc, regex, the workspace's" \
       "own), what size settings for the crates off the ADD path bought (0.6 MiB), and why build" \
       "settings cannot close the gap: the code that runs is spread over the whole binary, and" \

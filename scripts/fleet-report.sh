@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every fleet scenario at its full size (scripts/fleet.sh), its figures written to
-# docs/fleet.md with the command that produced them, and its plot to docs/fleet-NAME.png.
+# docs/reports/fleet.md with the command that produced them, and its plot to
+# docs/reports/fleet-NAME.png.
 # Needs no root; takes tens of minutes on two cores (launch and churn run 1,000 nodes).
 #
 #   scripts/fleet-report.sh [--seed S]
@@ -27,7 +28,7 @@ trap 'rm -rf "$out"' EXIT
 pids=()
 for s in launch churn scarcity throttle; do
   say "scenario $s"
-  "$REPO/scripts/fleet.sh" --scenario "$s" --seed "$SEED" --json --plot "$REPO/docs/fleet-$s.png" >"$out/$s.json" &
+  "$REPO/scripts/fleet.sh" --scenario "$s" --seed "$SEED" --json --plot "$REPO/docs/reports/fleet-$s.png" >"$out/$s.json" &
   pids+=($!)
 done
 for pid in "${pids[@]}"; do
@@ -41,7 +42,7 @@ row() { # file side name
   echo "# Fleet simulation: ipamd beside the Go CNI's algorithm"
   echo
   echo "Written by \`scripts/fleet-report.sh --seed $SEED\` on $(date -u +%Y-%m-%d) ($(nproc) cores)."
-  echo "Each scenario: \`scripts/fleet.sh --scenario NAME --seed $SEED --json --plot docs/fleet-NAME.png\`. What the simulator"
+  echo "Each scenario: \`scripts/fleet.sh --scenario NAME --seed $SEED --json --plot docs/reports/fleet-NAME.png\`. What the simulator"
   echo "is, what each figure means and what it leaves out: [the notes below](#how-the-simulation-works)."
   for s in launch churn scarcity throttle; do
     f=$out/$s.json
@@ -65,8 +66,8 @@ row() { # file side name
     done
   done
   echo
-  sed -n '/^## How the simulation works/,$p' "$REPO/docs/fleet.md"
+  sed -n '/^## How the simulation works/,$p' "$REPO/docs/reports/fleet.md"
 } >"$out/fleet.md"
-grep -q '^## How the simulation works' "$out/fleet.md" || die "docs/fleet.md lost its notes section"
-mv "$out/fleet.md" "$REPO/docs/fleet.md"
-say "wrote docs/fleet.md"
+grep -q '^## How the simulation works' "$out/fleet.md" || die "docs/reports/fleet.md lost its notes section"
+mv "$out/fleet.md" "$REPO/docs/reports/fleet.md"
+say "wrote docs/reports/fleet.md"

@@ -13,7 +13,8 @@
 #
 # --nodes runs a smaller (or larger) fleet; --json prints {"scenario", "nodes", "ours": {...},
 # "go_cni": {...}} with each side's figures. Needs no root. Builds the simulator (release)
-# first. scripts/fleet-report.sh runs every scenario at full size and writes docs/fleet.md.
+# first. scripts/fleet-report.sh runs every scenario at full size and writes
+# docs/reports/fleet.md.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

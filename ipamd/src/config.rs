@@ -209,7 +209,7 @@ const FALSE: &[&str] = &["false", "0", "f", "F", "FALSE", "False"];
 /// The Go CNI's variables that ask for something ipamd does not do (IPv6 egress for IPv4
 /// pods, branch ENIs, multi-card, ...), each with the values that ask for nothing more than ipamd
 /// does. Any other value starts ipamd with a warning, so nobody believes it took effect; the
-/// README's table says why each one is not honoured.
+/// table in docs/configuration.md says why each one is not honoured.
 pub const IGNORED_WITH_WARNING: &[(&str, &[&str])] = &[
     ("ENABLE_V6_EGRESS", FALSE),
     ("AWS_EXTERNAL_SERVICE_CIDRS", &[]),

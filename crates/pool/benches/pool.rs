@@ -3,7 +3,7 @@
 //! and 2,048 (/28 prefixes on eight ENIs), half of them held by pods.
 //!
 //! `cargo bench -p pool`; scripts/bench.sh runs it and writes the figures to
-//! docs/benchmarks.md.
+//! docs/reports/benchmarks.md.
 
 use std::hint::black_box;
 use std::net::Ipv4Addr;

@@ -49,7 +49,8 @@ pub struct Released {
 
 /// Address counts at one moment. `available` excludes cooling addresses: a pool whose free
 /// addresses are all cooling cannot serve an ADD, so it must not be counted as able to
-/// (the Go CNI counts them, which starves pods, its issue #2896).
+/// (the Go CNI counts them, which starves pods:
+/// <https://github.com/aws/amazon-vpc-cni-k8s/issues/2896>).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
     /// Secondary addresses held for pods.

@@ -1,4 +1,4 @@
-//! `ipamd doctor` (issue 18) on a VPC-in-a-box node, run as an operator runs it
+//! `ipamd doctor` on a VPC-in-a-box node, run as an operator runs it
 //! (`vpc-box.sh doctor`): healthy with pods on the primary and a secondary ENI; its bundle
 //! holds every part; then each fault of the checklist, made through the real parts (the
 //! node's rules, routes and iptables, its CNI conf dir, EC2, ipamd itself), is named by the

@@ -1,6 +1,7 @@
 //! Every scenario of the fleet simulator at a reduced size (the full sizes are
-//! scripts/fleet-report.sh's), with what issue 20 asks of ipamd against the Go CNI's algorithm
-//! on the same simulated EC2. The simulator's clock is simulated: these take seconds.
+//! scripts/fleet-report.sh's), with what the simulation requires of ipamd against the Go
+//! CNI's algorithm on the same simulated EC2. The simulator's clock is simulated: these take
+//! seconds.
 
 use fleet::report::Side;
 use fleet::scenario::Kind;

@@ -235,7 +235,8 @@ pub struct Plan {
 /// Deliberate differences from the Go CNI:
 /// - Addresses in cooldown do not count as available, for growing nor for the surplus, and a
 ///   prefix counts as free only with all 16 addresses available: none of them can serve an
-///   ADD (the Go CNI counts them and starves pods, its issue #2896).
+///   ADD (the Go CNI counts them and starves pods:
+///   <https://github.com/aws/amazon-vpc-cni-k8s/issues/2896>).
 /// - Cooling addresses, and prefixes holding one, are never given back (the Go CNI gives them
 ///   back). For the network they are still the previous pod's: other nodes' kube-proxy rules
 ///   and conntrack entries keep sending its traffic there until the cooldown ends, and an
