@@ -72,6 +72,7 @@ pub fn check_failed(err: &ClientError, key: &AttachmentKey) -> CniError {
         ClientError::Daemon(DaemonError {
             kind: ErrorKind::UnknownAttachment,
             message,
+            ..
         }) => CniError::internal(format!("ipamd holds no address for {key}"))
             .with_details(message.clone()),
         ClientError::Unavailable { .. } | ClientError::Io { .. } => {

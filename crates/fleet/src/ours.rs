@@ -10,7 +10,9 @@ use anyhow::Context;
 use cloud::throttle::{ThrottlePolicy, Throttled};
 use cluster::{ApiState, ClusterView, NodeFacts, PodFacts};
 use introspect::Metrics;
-use ipam_proto::{AddRequest, AttachmentKey, DelReason, DelRequest, PodMeta, Request};
+use ipam_proto::{
+    AddRequest, AttachmentKey, DelReason, DelRequest, NoAddressCause, PodMeta, Request,
+};
 use ipamd::config::Config;
 use ipamd::daemon::{LostState, PersistError, Tasks};
 use ipamd::{Daemon, Parts};
@@ -161,7 +163,7 @@ impl Cni for Ours {
         match self.daemon.handle(request).await {
             Ok(_) => AddOutcome::Placed,
             Err(e) => AddOutcome::Failed {
-                throttled: e.message.contains("throttling"),
+                throttled: e.cause == Some(NoAddressCause::Ec2Throttling),
             },
         }
     }

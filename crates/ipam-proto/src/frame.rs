@@ -289,11 +289,37 @@ mod tests {
                 ErrorKind::NoAddresses,
                 "subnet subnet-1 exhausted",
             )),
+            Err(DaemonError::no_addresses(
+                NoAddressCause::SubnetExhausted,
+                "subnet subnet-1 exhausted",
+            )),
         ];
         for reply in replies {
             let frame = strip(encode_reply(&reply));
             assert_eq!(decode_reply(&frame).unwrap(), reply);
         }
+    }
+
+    /// A cause is left out when there is none, an older daemon's reply (without one) decodes,
+    /// and a cause this build does not know decodes as `Unknown`.
+    #[test]
+    fn no_address_causes_are_optional_and_open() {
+        let plain = serde_json::to_value(DaemonError::new(ErrorKind::Internal, "x")).unwrap();
+        assert!(plain.get("cause").is_none(), "{plain}");
+        let old: DaemonError =
+            serde_json::from_str(r#"{"kind":"no_addresses","message":"full"}"#).unwrap();
+        assert_eq!(old.cause, None);
+        let newer: DaemonError = serde_json::from_str(
+            r#"{"kind":"no_addresses","message":"full","cause":"SomethingNew"}"#,
+        )
+        .unwrap();
+        assert_eq!(newer.cause, Some(NoAddressCause::Unknown));
+        let iam = serde_json::to_value(DaemonError::no_addresses(
+            NoAddressCause::MissingIamPermissions,
+            "denied",
+        ))
+        .unwrap();
+        assert_eq!(iam["cause"], NoAddressCause::MissingIamPermissions.as_str());
     }
 
     /// The wire shape of each family mix: an absent family is left out, not `null`, and an

@@ -270,6 +270,67 @@ pub enum ErrorKind {
     Unknown,
 }
 
+/// Why an ADD found no address: what the pod's Event names as its action, and what a caller
+/// that counts failures reads instead of the message's words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum NoAddressCause {
+    /// Every free address is cooling down after its release.
+    AddressesCooling,
+    /// The node holds all the ENIs it may.
+    EniLimit,
+    /// The node gives addresses to as many pods as it may hold.
+    MaxPods,
+    /// The node is cordoned and ipamd does not grow its pool there.
+    NodeCordoned,
+    /// No subnet can take a new ENI (custom networking or subnet discovery says why).
+    NoSubnetForEni,
+    /// The pool is at its warm targets and does not grow.
+    AtTargets,
+    /// Growth is paused after a failure.
+    GrowthPaused,
+    /// The pool is growing; the ADD gave up waiting for it.
+    PoolGrowing,
+    /// EC2 says the subnet is full.
+    SubnetExhausted,
+    /// EC2 throttled ipamd's calls, or was overloaded.
+    Ec2Throttling,
+    /// ipamd's role may not make a call growth needs.
+    #[serde(rename = "MissingIAMPermissions")]
+    MissingIamPermissions,
+    /// Any other EC2 failure.
+    Ec2Error,
+    /// A cause this build does not know (sent by a newer daemon).
+    #[serde(other)]
+    Unknown,
+}
+
+impl NoAddressCause {
+    /// The name, as Events carry it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoAddressCause::AddressesCooling => "AddressesCooling",
+            NoAddressCause::EniLimit => "EniLimit",
+            NoAddressCause::MaxPods => "MaxPods",
+            NoAddressCause::NodeCordoned => "NodeCordoned",
+            NoAddressCause::NoSubnetForEni => "NoSubnetForEni",
+            NoAddressCause::AtTargets => "AtTargets",
+            NoAddressCause::GrowthPaused => "GrowthPaused",
+            NoAddressCause::PoolGrowing => "PoolGrowing",
+            NoAddressCause::SubnetExhausted => "SubnetExhausted",
+            NoAddressCause::Ec2Throttling => "Ec2Throttling",
+            NoAddressCause::MissingIamPermissions => "MissingIAMPermissions",
+            NoAddressCause::Ec2Error => "Ec2Error",
+            NoAddressCause::Unknown => "Unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for NoAddressCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// An error reply.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{message}")]
@@ -278,6 +339,9 @@ pub struct DaemonError {
     pub kind: ErrorKind,
     /// Human-readable reason, meant to reach the operator through the CNI error.
     pub message: String,
+    /// With [`ErrorKind::NoAddresses`]: why. Absent from older daemons' replies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<NoAddressCause>,
 }
 
 impl DaemonError {
@@ -286,6 +350,15 @@ impl DaemonError {
         Self {
             kind,
             message: message.into(),
+            cause: None,
+        }
+    }
+
+    /// The reply of an ADD that found no address, for `cause`.
+    pub fn no_addresses(cause: NoAddressCause, message: impl Into<String>) -> Self {
+        Self {
+            cause: Some(cause),
+            ..Self::new(ErrorKind::NoAddresses, message)
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use cloud::{Ec2, Imds};
-use ipam_proto::{self as proto, DaemonError, ErrorKind, Reply, Request};
+use ipam_proto::{self as proto, DaemonError, ErrorKind, NoAddressCause, Reply, Request};
 use pool::{AssignError, StateStore, Timestamp};
 use tracing::{debug, info, warn};
 
@@ -183,7 +183,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
         warn!("{message}");
         if !pod.name.is_empty() {
             let limit = match cause {
-                "EniLimit" => format!(
+                NoAddressCause::EniLimit => format!(
                     " (ENI limit {} of {})",
                     self.limits().max_enis,
                     self.node.identity.instance_type
@@ -198,11 +198,11 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
                 },
                 kind: cluster::EventKind::Warning,
                 reason: "FailedAssignIP".into(),
-                action: cause.into(),
+                action: cause.as_str().into(),
                 note: format!("{e}; {growth}{limit}"),
             });
         }
-        DaemonError::new(ErrorKind::NoAddresses, message)
+        DaemonError::no_addresses(cause, message)
     }
 
     async fn del(&self, r: proto::DelRequest) -> Result<Reply, DaemonError> {
@@ -387,32 +387,34 @@ fn cause(
     e: &Shortage,
     growth: &Result<(), super::growth::NoGrowth>,
     last: Option<&super::growth::GrowthFailure>,
-) -> &'static str {
+) -> NoAddressCause {
     use super::growth::NoGrowth;
     match (e, growth) {
-        (Shortage::V4(AssignError::AllCooling { .. }), _) => "AddressesCooling",
-        (_, Err(NoGrowth::Blocked(pool::Blocked::MaxEnis { .. }))) => "EniLimit",
-        (_, Err(NoGrowth::Blocked(pool::Blocked::MaxPods { .. }))) => "MaxPods",
-        (_, Err(NoGrowth::Blocked(pool::Blocked::Cordoned { .. }))) => "NodeCordoned",
-        (_, Err(NoGrowth::Placement(_))) => "NoSubnetForEni",
-        (_, Err(NoGrowth::AtTargets(_))) => "AtTargets",
-        (_, Err(NoGrowth::Paused { cause, .. })) => failure(cause.as_deref(), "GrowthPaused"),
-        (_, Ok(())) => failure(last, "PoolGrowing"),
+        (Shortage::V4(AssignError::AllCooling { .. }), _) => NoAddressCause::AddressesCooling,
+        (_, Err(NoGrowth::Blocked(pool::Blocked::MaxEnis { .. }))) => NoAddressCause::EniLimit,
+        (_, Err(NoGrowth::Blocked(pool::Blocked::MaxPods { .. }))) => NoAddressCause::MaxPods,
+        (_, Err(NoGrowth::Blocked(pool::Blocked::Cordoned { .. }))) => NoAddressCause::NodeCordoned,
+        (_, Err(NoGrowth::Placement(_))) => NoAddressCause::NoSubnetForEni,
+        (_, Err(NoGrowth::AtTargets(_))) => NoAddressCause::AtTargets,
+        (_, Err(NoGrowth::Paused { cause, .. })) => {
+            failure(cause.as_deref(), NoAddressCause::GrowthPaused)
+        }
+        (_, Ok(())) => failure(last, NoAddressCause::PoolGrowing),
     }
 }
 
 /// The cause a growth failure names, else `otherwise`.
-fn failure(f: Option<&super::growth::GrowthFailure>, otherwise: &'static str) -> &'static str {
+fn failure(f: Option<&super::growth::GrowthFailure>, otherwise: NoAddressCause) -> NoAddressCause {
     use super::growth::GrowthFailure;
     use cloud::CloudErrorKind;
     match f {
         Some(GrowthFailure::Ec2 { source, .. }) => match source.kind {
-            CloudErrorKind::SubnetFull => "SubnetExhausted",
-            CloudErrorKind::Throttled | CloudErrorKind::Overloaded => "Ec2Throttling",
-            CloudErrorKind::Unauthorized => "MissingIAMPermissions",
-            _ => "Ec2Error",
+            CloudErrorKind::SubnetFull => NoAddressCause::SubnetExhausted,
+            CloudErrorKind::Throttled | CloudErrorKind::Overloaded => NoAddressCause::Ec2Throttling,
+            CloudErrorKind::Unauthorized => NoAddressCause::MissingIamPermissions,
+            _ => NoAddressCause::Ec2Error,
         },
-        Some(GrowthFailure::Placement(_)) => "NoSubnetForEni",
+        Some(GrowthFailure::Placement(_)) => NoAddressCause::NoSubnetForEni,
         _ => otherwise,
     }
 }

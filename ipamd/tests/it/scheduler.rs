@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use cloud::CloudError;
 use cluster::{ApiState, ClusterView, EventKind, NodeFacts, PodFacts, Regarding};
-use ipam_proto::ErrorKind;
+use ipam_proto::{ErrorKind, NoAddressCause};
 use support::*;
 
 const NODE: &str = "ip-10-0-0-10.us-west-2.compute.internal";
@@ -56,6 +56,11 @@ async fn a_pod_without_an_address_gets_one_event_naming_the_eni_limit() {
     for _ in 0..3 {
         let err = d.handle(add(6)).await.unwrap_err();
         assert_eq!(err.kind, ErrorKind::NoAddresses);
+        assert_eq!(
+            err.cause,
+            Some(NoAddressCause::EniLimit),
+            "the reply carries the cause the Event names"
+        );
     }
     let events = node.events();
     assert_eq!(
