@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cloud::throttle::CallObserver;
-use cloud::{CloudError, Ec2, Imds};
+use cloud::{CloudError, CloudErrorKind, Ec2, Imds};
 use introspect::{IpamdEnv, Metrics, NetworkUtilsEnv, PoolView, Source};
-use pool::StateStore;
+use pool::{Clock, StateStore};
 
 use crate::Daemon;
 use netops::snat::Randomize;
@@ -59,14 +59,27 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Source for Daemon
     }
 }
 
-/// Feeds every EC2 request into the metrics (`awscni_aws_api_latency_ms` and friends).
-pub struct Ec2Metrics(pub Arc<Metrics>);
+/// Feeds every EC2 request into the metrics (`awscni_aws_api_latency_ms` and friends), and
+/// every refusal for lack of a permission into `/v1/ec2-refusals`.
+pub struct Ec2Metrics {
+    /// Where they go.
+    pub metrics: Arc<Metrics>,
+    /// When a refusal happened.
+    pub clock: Arc<dyn Clock>,
+}
 
 impl CallObserver for Ec2Metrics {
     fn observe(&self, api: &str, elapsed: Duration, error: Option<&CloudError>) {
         // An error without an AWS code (a transport failure) is labelled by its kind.
         let code = error.map(|e| e.code.clone().unwrap_or_else(|| format!("{:?}", e.kind)));
-        self.0.aws_api(api, elapsed.as_secs_f64(), code.as_deref());
+        self.metrics
+            .aws_api(api, elapsed.as_secs_f64(), code.as_deref());
+        if let (Some(e), Some(code)) = (error, &code)
+            && e.kind == CloudErrorKind::Unauthorized
+        {
+            self.metrics
+                .ec2_refused(api, code, &e.message, self.clock.now());
+        }
     }
 
     fn backoff(&self, api: &str, error: &CloudError, delay: Duration) {
@@ -74,7 +87,7 @@ impl CallObserver for Ec2Metrics {
             .code
             .clone()
             .unwrap_or_else(|| format!("{:?}", error.kind));
-        self.0.ec2_backoff(api, &reason, delay.as_secs_f64());
+        self.metrics.ec2_backoff(api, &reason, delay.as_secs_f64());
     }
 }
 
@@ -107,10 +120,55 @@ mod tests {
         assert_eq!(ipamd_env(&c).warm_eni_target, 1);
     }
 
+    struct At(pool::Timestamp);
+
+    impl Clock for At {
+        fn now(&self) -> pool::Timestamp {
+            self.0
+        }
+    }
+
+    fn observer(metrics: &Arc<Metrics>) -> Ec2Metrics {
+        Ec2Metrics {
+            metrics: Arc::clone(metrics),
+            clock: Arc::new(At(pool::Timestamp(5_000))),
+        }
+    }
+
+    #[test]
+    fn refusals_for_lack_of_a_permission_are_recorded_by_api() {
+        let metrics = Arc::new(Metrics::new("test").unwrap());
+        let observer = observer(&metrics);
+        let denied = CloudError::from_code(
+            "AssignPrivateIpAddresses",
+            "UnauthorizedOperation",
+            "You are not authorized",
+        );
+        let throttled = CloudError::from_code("DescribeSubnets", "RequestLimitExceeded", "slow");
+        for _ in 0..2 {
+            observer.observe("AssignPrivateIpAddresses", Duration::ZERO, Some(&denied));
+        }
+        observer.observe("DescribeSubnets", Duration::ZERO, Some(&throttled));
+        observer.observe("DescribeSubnets", Duration::ZERO, None);
+        let refusals = metrics.ec2_refusals();
+        assert_eq!(refusals.len(), 1, "{refusals:?}");
+        let r = &refusals[0];
+        assert_eq!(
+            (r.api.as_str(), r.code.as_str(), r.count, r.last),
+            (
+                "AssignPrivateIpAddresses",
+                "UnauthorizedOperation",
+                2,
+                pool::Timestamp(5_000)
+            )
+        );
+        assert!(r.message.contains("not authorized"), "{}", r.message);
+    }
+
     #[test]
     fn ec2_calls_reach_the_metrics_with_their_error_codes() {
         let metrics = Arc::new(Metrics::new("test").unwrap());
-        let observer = Ec2Metrics(Arc::clone(&metrics));
+        let observer = observer(&metrics);
         observer.observe("CreateNetworkInterface", Duration::from_millis(20), None);
         let throttled = CloudError::from_code(
             "AssignPrivateIpAddresses",
@@ -136,7 +194,7 @@ mod tests {
     #[test]
     fn backoffs_reach_the_metrics_with_their_reason_and_length() {
         let metrics = Arc::new(Metrics::new("test").unwrap());
-        let observer = Ec2Metrics(Arc::clone(&metrics));
+        let observer = observer(&metrics);
         let throttled = CloudError::from_code("A", "RequestLimitExceeded", "slow down");
         let dropped = CloudError {
             api: "A".into(),

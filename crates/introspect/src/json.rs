@@ -356,6 +356,46 @@ fn parse_or_max(ip: &str) -> IpAddr {
         .unwrap_or(IpAddr::V6(std::net::Ipv6Addr::from(u128::MAX)))
 }
 
+/// `/v1/ec2-refusals` (ours): each EC2 API whose calls were refused for lack of a
+/// permission since ipamd started, for the doctor and operators: EC2 has no DryRun for the
+/// address calls, so ipamd's own refused calls are the only witness of their denial.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ec2RefusalEntry {
+    /// The API.
+    #[serde(rename = "API")]
+    pub api: String,
+    /// EC2's error code.
+    #[serde(rename = "Code")]
+    pub code: String,
+    /// EC2's message of the last refusal.
+    #[serde(rename = "Message")]
+    pub message: String,
+    /// Refusals since ipamd started.
+    #[serde(rename = "Count")]
+    pub count: u64,
+    /// The last one (RFC 3339).
+    #[serde(rename = "LastRefused")]
+    pub last_refused: String,
+    /// Seconds from the last one to the snapshot.
+    #[serde(rename = "SecondsAgo")]
+    pub seconds_ago: u64,
+}
+
+/// `/v1/ec2-refusals`.
+pub fn ec2_refusals(view: &PoolView) -> Vec<Ec2RefusalEntry> {
+    view.refusals
+        .iter()
+        .map(|r| Ec2RefusalEntry {
+            api: r.api.clone(),
+            code: r.code.clone(),
+            message: r.message.clone(),
+            count: r.count,
+            last_refused: gotime::format(r.last),
+            seconds_ago: view.now.millis().saturating_sub(r.last.millis()) / 1000,
+        })
+        .collect()
+}
+
 /// `/v1/pool` (ours): the pool's numbers, limits and targets, and what the controller will do
 /// next and why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

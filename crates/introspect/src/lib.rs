@@ -36,4 +36,4 @@ pub use limits::Limits;
 pub use metrics::{ActionGuard, Metrics, metrics_router};
 pub use routes::{AVAILABLE_COMMANDS, introspection_router};
 pub use serve::{Bind, serve, serve_on, serve_with};
-pub use view::{ClusterStatus, PoolView, Source};
+pub use view::{ClusterStatus, Ec2Refusal, PoolView, Source};

@@ -16,7 +16,8 @@ use crate::json;
 use crate::view::{PoolView, Source};
 
 /// Every introspection path, as `/` lists them.
-pub const AVAILABLE_COMMANDS: [&str; 6] = [
+pub const AVAILABLE_COMMANDS: [&str; 7] = [
+    "/v1/ec2-refusals",
     "/v1/enis",
     "/v1/eni-configs",
     "/v1/networkutils-env-settings",
@@ -46,6 +47,7 @@ pub fn introspection_router(
     };
     Router::new()
         .route("/", get(root))
+        .route("/v1/ec2-refusals", get(ec2_refusals))
         .route("/v1/enis", get(enis))
         .route("/v1/pods", get(pods))
         .route("/v1/pool", get(pool_status))
@@ -66,7 +68,7 @@ pub(crate) async fn log_request(req: Request, next: Next) -> Response {
 #[derive(Serialize)]
 struct RootResponse {
     #[serde(rename = "AvailableCommands")]
-    available_commands: [&'static str; 6],
+    available_commands: [&'static str; 7],
 }
 
 async fn root() -> Response {
@@ -80,6 +82,13 @@ async fn root() -> Response {
 
 async fn enis(State(state): State<AppState>) -> Response {
     with_view(&state, |v| json_response(StatusCode::OK, &json::enis(v))).await
+}
+
+async fn ec2_refusals(State(state): State<AppState>) -> Response {
+    with_view(&state, |v| {
+        json_response(StatusCode::OK, &json::ec2_refusals(v))
+    })
+    .await
 }
 
 async fn pods(State(state): State<AppState>) -> Response {

@@ -51,6 +51,23 @@ pub struct PoolView {
     pub placements: BTreeMap<String, String>,
     /// The cluster as ipamd sees it.
     pub cluster: ClusterStatus,
+    /// EC2 calls refused for lack of a permission, by API.
+    pub refusals: Vec<Ec2Refusal>,
+}
+
+/// An EC2 API whose calls were refused for lack of a permission, as ipamd last saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ec2Refusal {
+    /// The API, e.g. `AssignPrivateIpAddresses`.
+    pub api: String,
+    /// EC2's error code (`UnauthorizedOperation`, `AuthFailure`).
+    pub code: String,
+    /// EC2's message of the last refusal.
+    pub message: String,
+    /// Refusals since ipamd started.
+    pub count: u64,
+    /// The last one.
+    pub last: Timestamp,
 }
 
 impl PoolView {

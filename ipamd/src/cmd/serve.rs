@@ -138,6 +138,7 @@ async fn serve(
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
     let metrics = Arc::new(Metrics::new(env!("CARGO_PKG_VERSION")).context("registering metrics")?);
 
+    let clock = Arc::new(SystemClock);
     let imds = AwsImds::new();
     let identity = node_identity(&imds).await?;
     info!(
@@ -154,7 +155,10 @@ async fn serve(
         ThrottlePolicy::default(),
     )
     .context("the EC2 rate limits")?
-    .with_observer(Arc::new(Ec2Metrics(Arc::clone(&metrics))));
+    .with_observer(Arc::new(Ec2Metrics {
+        metrics: Arc::clone(&metrics),
+        clock: clock.clone(),
+    }));
     let (cluster_view, writer) = follow_cluster(&config).await?;
     let (events, events_rx) = match &writer {
         Some(_) => {
@@ -163,7 +167,6 @@ async fn serve(
         }
         None => (None, None),
     };
-    let clock = Arc::new(SystemClock);
     let (store, lost) = ipamd::state::open_state(&config.state_dir, clock.now())?;
     let store = Arc::new(store);
     let init_started = Instant::now();

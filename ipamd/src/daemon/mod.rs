@@ -160,6 +160,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
             ready,
             placements: self.placements.chosen().clone(),
             cluster: self.cluster_status(),
+            refusals: self.metrics.ec2_refusals(),
         }
     }
 

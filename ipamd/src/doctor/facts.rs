@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use cloud::{EniMetadata, InstanceLimits, NetworkInterface, NodeIdentity, Permission, Subnet};
-use introspect::json::{EniInfos, PodEntry, PoolStatus};
+use introspect::json::{Ec2RefusalEntry, EniInfos, PodEntry, PoolStatus};
 use ipam_proto::StatusReply;
 use ipnetwork::IpNetwork;
 
@@ -123,6 +123,8 @@ pub struct Ipamd {
     pub pods: Result<Vec<PodEntry>, String>,
     /// `/v1/enis`.
     pub enis: Result<BTreeMap<String, EniInfos>, String>,
+    /// `/v1/ec2-refusals`.
+    pub refusals: Result<Vec<Ec2RefusalEntry>, String>,
     /// `/metrics`.
     pub metrics: Result<String, String>,
     /// The body of each introspection endpoint as read (the bundle keeps them), by path.
@@ -163,9 +165,6 @@ pub struct Log {
     pub stages: Vec<String>,
     /// The last error lines (at most a few), with their age in seconds when known.
     pub errors: Vec<(String, Option<u64>)>,
-    /// EC2 APIs whose calls were refused for lack of a permission, with the age in seconds of
-    /// the last refusal when known.
-    pub denials: BTreeMap<String, Option<u64>>,
 }
 
 /// Everything gathered.

@@ -34,7 +34,8 @@ pub fn on_host(path: &Path) -> PathBuf {
 }
 
 /// The introspection endpoints the doctor reads (and the bundle keeps).
-pub const INTROSPECTION_PATHS: [&str; 5] = [
+pub const INTROSPECTION_PATHS: [&str; 6] = [
+    "/v1/ec2-refusals",
     "/v1/enis",
     "/v1/pods",
     "/v1/pool",
@@ -245,6 +246,7 @@ async fn ipamd(config: &Config) -> Ipamd {
         pool: parsed(&introspection, "/v1/pool"),
         pods: parsed(&introspection, "/v1/pods"),
         enis: parsed(&introspection, "/v1/enis"),
+        refusals: parsed(&introspection, "/v1/ec2-refusals"),
         metrics: if config.disable_metrics {
             Err("DISABLE_METRICS=true".into())
         } else {
@@ -463,34 +465,10 @@ const STAGES: &[&str] = &[
     "ipamd stopped",
 ];
 
-/// The EC2 APIs a log line says were refused for lack of a permission: ipamd writes a failed
-/// call as `<Api>: <code>: <message>`.
-fn refused_apis(line: &str) -> Vec<String> {
-    let mut apis = Vec::new();
-    for code in ["UnauthorizedOperation", "AuthFailure"] {
-        for (at, _) in line.match_indices(&format!(": {code}")) {
-            let api: String = line[..at]
-                .chars()
-                .rev()
-                .take_while(char::is_ascii_alphanumeric)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
-            if !api.is_empty() {
-                apis.push(api);
-            }
-        }
-    }
-    apis
-}
-
-/// The last start's stages, the last errors and the refused EC2 APIs of ipamd's JSON log
-/// lines.
+/// The last start's stages and the last errors of ipamd's JSON log lines.
 pub fn parse_log(text: &str, now: SystemTime) -> Log {
     let mut stages = Vec::new();
     let mut errors = Vec::new();
-    let mut denials = BTreeMap::new();
     for line in text.lines() {
         let Ok(v) = serde_json::from_str::<Value>(line) else {
             continue;
@@ -503,9 +481,6 @@ pub fn parse_log(text: &str, now: SystemTime) -> Log {
                 .and_then(|t| now.duration_since(t).ok())
                 .map(|d| d.as_secs())
         };
-        for api in refused_apis(line) {
-            denials.insert(api, age());
-        }
         if message.starts_with("Starting vpc-cni ipamd") {
             stages.clear();
         }
@@ -528,7 +503,6 @@ pub fn parse_log(text: &str, now: SystemTime) -> Log {
         path: PathBuf::new(),
         stages,
         errors,
-        denials,
     }
 }
 
@@ -572,16 +546,7 @@ mod tests {
             r#"{"timestamp":"2026-11-26T09:59:55Z","level":"WARN","message":"growth paused","error":"the node's IAM role lacks a permission (assigning addresses: AssignPrivateIpAddresses: UnauthorizedOperation: You are not authorized)"}"#,
         ]
         .join("\n");
-        let Log {
-            stages,
-            errors,
-            denials,
-            ..
-        } = parse_log(&log, now);
-        assert_eq!(
-            denials,
-            BTreeMap::from([("AssignPrivateIpAddresses".to_string(), Some(5))])
-        );
+        let Log { stages, errors, .. } = parse_log(&log, now);
         assert_eq!(stages.len(), 3, "{stages:?}");
         assert!(stages[2].starts_with("Serving RPC Handler"));
         assert_eq!(errors.len(), 2);

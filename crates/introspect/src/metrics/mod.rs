@@ -6,6 +6,7 @@
 
 mod summary;
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use axum::Router;
@@ -19,7 +20,7 @@ use prometheus::{
     Opts, Registry, TextEncoder,
 };
 
-use crate::view::{PoolView, Source};
+use crate::view::{Ec2Refusal, PoolView, Source};
 use summary::SummaryVec;
 
 /// The compiler that built us, where the Go CNI's `awscni_build_info` puts the Go version:
@@ -52,6 +53,8 @@ impl Drop for ActionGuard {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// EC2 calls refused for lack of a permission, by API (for `/v1/ec2-refusals`).
+    refusals: Mutex<BTreeMap<String, Ec2Refusal>>,
     /// Serialises scrapes: the pool's label families are reset and refilled before encoding.
     scrape: Mutex<()>,
     ipamd_error: IntCounterVec,
@@ -93,6 +96,7 @@ impl Metrics {
     pub fn new(version: &str) -> Result<Metrics, prometheus::Error> {
         let r = Registry::new();
         let m = Metrics {
+            refusals: Mutex::new(BTreeMap::new()),
             ipamd_error: counter_vec(
                 &r,
                 "awscni_ipamd_error_count",
@@ -419,6 +423,34 @@ impl Metrics {
         self.add_duration
             .with_label_values(&[result])
             .observe(seconds);
+    }
+
+    /// EC2 refused a call of `api` at `at` for lack of a permission, with `code` and `message`.
+    pub fn ec2_refused(&self, api: &str, code: &str, message: &str, at: pool::Timestamp) {
+        let mut refusals = self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = refusals
+            .entry(api.to_string())
+            .or_insert_with(|| Ec2Refusal {
+                api: api.to_string(),
+                code: String::new(),
+                message: String::new(),
+                count: 0,
+                last: at,
+            });
+        entry.code = code.to_string();
+        entry.message = message.to_string();
+        entry.count += 1;
+        entry.last = entry.last.max(at);
+    }
+
+    /// Every API refused so far, by name.
+    pub fn ec2_refusals(&self) -> Vec<Ec2Refusal> {
+        self.refusals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// One EC2 call named `api` (`CreateNetworkInterface`, ...) that took `seconds` and failed

@@ -312,6 +312,28 @@ async fn eni_configs_is_a_json_404() {
 }
 
 #[tokio::test]
+async fn ec2_refusals_lists_each_refused_api_with_its_age() {
+    assert_eq!(
+        get_json(&router(secondary_view()), "/v1/ec2-refusals").await,
+        json!([])
+    );
+    let mut view = secondary_view();
+    view.refusals = vec![introspect::Ec2Refusal {
+        api: "AssignPrivateIpAddresses".into(),
+        code: "UnauthorizedOperation".into(),
+        message: "You are not authorized".into(),
+        count: 3,
+        last: Timestamp(view.now.millis() - 42_000),
+    }];
+    let v = get_json(&router(view), "/v1/ec2-refusals").await;
+    assert_eq!(v[0]["API"], "AssignPrivateIpAddresses");
+    assert_eq!(v[0]["Code"], "UnauthorizedOperation");
+    assert_eq!(v[0]["Count"], 3);
+    assert_eq!(v[0]["SecondsAgo"], 42);
+    assert!(v[0]["LastRefused"].as_str().unwrap().ends_with('Z'), "{v}");
+}
+
+#[tokio::test]
 async fn root_and_unknown_paths_list_every_endpoint() {
     let r = router(secondary_view());
     let expected = json!({"AvailableCommands": AVAILABLE_COMMANDS});

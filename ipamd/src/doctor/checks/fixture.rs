@@ -314,6 +314,7 @@ pub fn healthy() -> Facts {
                     ]),
                 },
             )])),
+            refusals: Ok(vec![]),
             metrics: Ok("awscni_build_info{version=\"x\"} 1\n".into()),
             introspection: BTreeMap::new(),
         },
@@ -333,7 +334,6 @@ pub fn healthy() -> Facts {
             path: "/var/log/aws-routed-eni/ipamd.log".into(),
             stages: vec!["Starting vpc-cni ipamd".into()],
             errors: vec![],
-            denials: BTreeMap::new(),
         })),
     }
 }

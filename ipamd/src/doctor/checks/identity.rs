@@ -104,18 +104,16 @@ pub(super) fn check(facts: &Facts) -> Vec<Finding> {
             Permission::Unknown(e) => unknown.push(format!("ec2:{action} ({e})")),
         }
     }
-    // The address calls have no DryRun: ipamd's recent refusals (its log) tell of those.
-    if let Some(Ok(log)) = &facts.log {
+    // The address calls have no DryRun: ipamd's recent refusals (/v1/ec2-refusals) tell of
+    // those.
+    if let Ok(refusals) = &facts.ipamd.refusals {
         let probed = |api: &str| facts.permissions.iter().any(|(a, _)| *a == api);
-        for (api, age) in log.denials.iter().filter(|(api, _)| !probed(api)) {
-            let recent = age.is_none_or(|a| a < RECENT_DENIAL);
+        for r in refusals.iter().filter(|r| !probed(&r.api)) {
+            let (api, age) = (&r.api, r.seconds_ago);
+            let recent = age < RECENT_DENIAL;
             if recent {
                 denied += 1;
             }
-            let when = age.map_or_else(
-                || "at an unknown time".to_string(),
-                |a| format!("{a} s ago"),
-            );
             let finding = Finding::new(
                 "iam",
                 G,
@@ -125,7 +123,8 @@ pub(super) fn check(facts: &Facts) -> Vec<Finding> {
                     Severity::Info
                 },
                 format!(
-                    "ipamd's ec2:{api} call was refused for lack of a permission {when} (its log; EC2 has no DryRun for it)"
+                    "ipamd's ec2:{api} call was refused for lack of a permission {age} s ago ({}: {}; EC2 has no DryRun for it)",
+                    r.code, r.message
                 ),
             );
             out.push(if recent {
@@ -167,6 +166,7 @@ pub(super) fn check(facts: &Facts) -> Vec<Finding> {
 mod tests {
     use super::super::fixture::healthy;
     use super::*;
+    use introspect::json::Ec2RefusalEntry;
 
     #[test]
     fn a_denied_permission_is_an_error_naming_the_action() {
@@ -204,14 +204,20 @@ mod tests {
     #[test]
     fn recent_refusals_of_calls_without_dry_run_are_named() {
         let mut f = healthy();
-        let log = f.log.as_mut().unwrap().as_mut().unwrap();
-        log.denials
-            .insert("AssignPrivateIpAddresses".into(), Some(30));
-        log.denials
-            .insert("UnassignPrivateIpAddresses".into(), Some(3600));
-        // Probed by DryRun, which tells the present: the log's past refusal is not repeated.
-        log.denials
-            .insert("CreateNetworkInterface".into(), Some(30));
+        let refused = |api: &str, seconds_ago: u64| Ec2RefusalEntry {
+            api: api.into(),
+            code: "UnauthorizedOperation".into(),
+            message: "You are not authorized to perform this operation.".into(),
+            count: 1,
+            last_refused: String::new(),
+            seconds_ago,
+        };
+        f.ipamd.refusals = Ok(vec![
+            refused("AssignPrivateIpAddresses", 30),
+            refused("UnassignPrivateIpAddresses", 3600),
+            // Probed by DryRun, which tells the present: ipamd's past refusal is not repeated.
+            refused("CreateNetworkInterface", 30),
+        ]);
         let found = check(&f);
         let iam: Vec<_> = found.iter().filter(|x| x.check == "iam").collect();
         assert_eq!(iam.len(), 2, "{iam:#?}");

@@ -105,6 +105,7 @@ pub fn secondary_view() -> PoolView {
         ready: true,
         placements: Default::default(),
         cluster: Default::default(),
+        refusals: Vec::new(),
     }
 }
 
@@ -139,6 +140,7 @@ pub fn prefix_view() -> PoolView {
         ready: true,
         placements: Default::default(),
         cluster: Default::default(),
+        refusals: Vec::new(),
     }
 }
 
