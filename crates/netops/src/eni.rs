@@ -36,8 +36,17 @@ pub struct EniSpec {
     pub mtu: u32,
 }
 
-/// The route table of the ENI at `device_number` (the Go CNI's numbering for network card 0).
-pub use pool::route_table as eni_table;
+/// The routing table for traffic from pods on the ENI at `device_number`: main for the primary
+/// ENI, device number + 1 otherwise (the Go CNI's numbering for network card 0). The
+/// workspace's one definition: the daemon's allocations, its introspection and the doctor
+/// all ask here, so the table a pod's rule names is the table this crate fills.
+pub fn eni_table(device_number: u32) -> u32 {
+    if device_number == 0 {
+        RT_TABLE_MAIN
+    } else {
+        device_number + 1
+    }
+}
 
 /// The VPC router of a subnet: its network address + 1.
 pub fn subnet_gateway(subnet: Ipv4Network) -> Ipv4Addr {
@@ -230,6 +239,12 @@ pub fn teardown_eni(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn route_tables_follow_the_device_number() {
+        assert_eq!(eni_table(0), RT_TABLE_MAIN);
+        assert_eq!(eni_table(2), 3);
+    }
 
     #[test]
     fn tables_and_gateways_follow_the_go_cni() {

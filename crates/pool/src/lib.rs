@@ -18,8 +18,8 @@ mod v6;
 pub use datastore::{Allocated, Counts, Pool, Released, Removal, RestoreIssue};
 pub use error::{AssignError, PoolError};
 pub use model::{
-    ADDRS_PER_PREFIX, AddrSlot, AttachmentKey, EniInfo, MAIN_TABLE, PREFIX_LEN, PodInfo, SlotState,
-    is_delegable_prefix, route_table,
+    ADDRS_PER_PREFIX, AddrSlot, AttachmentKey, EniInfo, PREFIX_LEN, PodInfo, SlotState,
+    is_delegable_prefix,
 };
 pub use persist::{
     MemoryStore, Mutation, PersistedAddr, PersistedAddr6, PersistedState, Prefix6, StateStore,
