@@ -14,7 +14,7 @@ pub enum HostError {
     BadMac(String),
     /// A netlink operation failed.
     #[error(transparent)]
-    Netlink(netops::Error),
+    Netlink(netops::NetlinkError),
     /// The SNAT, connmark or rp_filter setup failed.
     #[error(transparent)]
     Snat(#[from] netops::snat::SnatError),
@@ -23,10 +23,10 @@ pub enum HostError {
     Task(#[from] tokio::task::JoinError),
 }
 
-impl From<netops::Error> for HostError {
-    fn from(e: netops::Error) -> Self {
+impl From<netops::NetlinkError> for HostError {
+    fn from(e: netops::NetlinkError) -> Self {
         match e {
-            netops::Error::NoLinkWithMac { mac } => HostError::LinkNotFound(mac),
+            netops::NetlinkError::NoLinkWithMac { mac } => HostError::LinkNotFound(mac),
             other => HostError::Netlink(other),
         }
     }

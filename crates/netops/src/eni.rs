@@ -10,7 +10,7 @@ use std::net::Ipv4Addr;
 
 use ipnetwork::Ipv4Network;
 
-use crate::error::{Error, Result};
+use crate::error::{NetlinkError, Result};
 use crate::messages::RT_TABLE_MAIN;
 use crate::messages::route::Route;
 use crate::messages::rule::Rule;
@@ -65,17 +65,17 @@ pub struct EniSetup {
 }
 
 /// Configures a secondary ENI's link, table and rule; see the module docs. Fails with
-/// [`Error::NoLinkWithMac`] while the hot-plugged link has not appeared (callers retry).
+/// [`NetlinkError::NoLinkWithMac`] while the hot-plugged link has not appeared (callers retry).
 pub fn setup_eni(nl: &Netlink, spec: &EniSpec) -> Result<EniSetup> {
     if spec.device_number == 0 {
-        return Err(Error::Invalid {
+        return Err(NetlinkError::Invalid {
             what: "ENI device number",
             why: "0 is the primary ENI, which is not set up as a secondary one".into(),
         });
     }
     let link = nl
         .link_by_mac(&spec.mac)?
-        .ok_or_else(|| Error::NoLinkWithMac {
+        .ok_or_else(|| NetlinkError::NoLinkWithMac {
             mac: format_mac(&spec.mac),
         })?;
     let idx = link.index;
@@ -92,11 +92,12 @@ pub fn setup_eni(nl: &Netlink, spec: &EniSpec) -> Result<EniSetup> {
         changes.push("up".into());
     }
 
-    let own =
-        Ipv4Network::new(spec.primary_ip, spec.subnet.prefix()).map_err(|e| Error::Invalid {
+    let own = Ipv4Network::new(spec.primary_ip, spec.subnet.prefix()).map_err(|e| {
+        NetlinkError::Invalid {
             what: "ENI address",
             why: e.to_string(),
-        })?;
+        }
+    })?;
     let mut has_own = false;
     for addr in nl.addresses()?.into_iter().filter(|a| a.index == idx) {
         if addr.network == own {
@@ -113,7 +114,7 @@ pub fn setup_eni(nl: &Netlink, spec: &EniSpec) -> Result<EniSetup> {
         changes.push(format!("address {own}"));
     }
 
-    let gw_host = Ipv4Network::new(gw, 32).map_err(|e| Error::Invalid {
+    let gw_host = Ipv4Network::new(gw, 32).map_err(|e| NetlinkError::Invalid {
         what: "gateway",
         why: e.to_string(),
     })?;
@@ -174,7 +175,7 @@ pub fn setup_eni(nl: &Netlink, spec: &EniSpec) -> Result<EniSetup> {
 }
 
 fn host(ip: Ipv4Addr) -> Result<Ipv4Network> {
-    Ipv4Network::new(ip, 32).map_err(|e| Error::Invalid {
+    Ipv4Network::new(ip, 32).map_err(|e| NetlinkError::Invalid {
         what: "address",
         why: e.to_string(),
     })
