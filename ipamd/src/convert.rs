@@ -50,7 +50,9 @@ pub fn allocation(
         eni_id: eni_id.clone(),
         // An IPv6-only pod's address is on the primary ENI, routed by the main table.
         device_number: v4.map_or(0, |a| a.device_number),
-        route_table: v4.map_or(pool::MAIN_TABLE, |a| a.route_table),
+        route_table: v4.map_or(netops::RT_TABLE_MAIN, |a| {
+            netops::eni_table(a.device_number)
+        }),
     })
 }
 

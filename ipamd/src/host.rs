@@ -9,22 +9,12 @@ use std::net::{IpAddr, Ipv4Addr};
 use ipnetwork::{Ipv4Network, Ipv6Network};
 
 use netops::EniSpec;
-use netops::snat::NodeNetConfig;
-use thiserror::Error;
 
-/// Node-wide settings: the primary ENI's link and the SNAT and connmark rules.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeNet {
-    /// The primary ENI's MAC (its link is found by it).
-    pub primary_mac: String,
-    /// `AWS_VPC_ENI_MTU`, applied to the primary ENI's link.
-    pub mtu: u32,
-    /// Pods get IPv6 addresses: the node forwards IPv6 and keeps its router advertisements.
-    pub ipv6: bool,
-    /// The SNAT, connmark and fwmark settings. Their `primary_if` is left empty here and set
-    /// to the name of the link found by `primary_mac` when the rules are applied.
-    pub snat: NodeNetConfig,
-}
+// The error and the node-wide settings live below this module (nodenet.rs applies the settings
+// and returns the error, and must not reach back up into the seam that calls it); they keep
+// their paths here, where the daemon and its tests look for them.
+pub use crate::host_error::HostError;
+pub use crate::nodenet::NodeNet;
 
 /// A host veth that carries no pod route: a pod's that DEL unrouted and whose namespace is
 /// still there, or one an ADD is wiring right now.
@@ -35,35 +25,6 @@ pub struct IdleVeth {
     pub index: u32,
     /// Its name, for the log.
     pub name: String,
-}
-
-/// A host network operation that failed.
-#[derive(Debug, Error)]
-pub enum HostError {
-    /// The ENI's link has not appeared yet (hot-plug lags the attachment): try again.
-    #[error("no link with MAC {0} yet")]
-    LinkNotFound(String),
-    /// The MAC is not one.
-    #[error("{0:?} is not a MAC address")]
-    BadMac(String),
-    /// A netlink operation failed.
-    #[error(transparent)]
-    Netlink(netops::Error),
-    /// The SNAT, connmark or rp_filter setup failed.
-    #[error(transparent)]
-    Snat(#[from] netops::snat::SnatError),
-    /// The blocking task doing the work failed (panicked or was cancelled).
-    #[error("host network task: {0}")]
-    Task(#[from] tokio::task::JoinError),
-}
-
-impl From<netops::Error> for HostError {
-    fn from(e: netops::Error) -> Self {
-        match e {
-            netops::Error::NoLinkWithMac { mac } => HostError::LinkNotFound(mac),
-            other => HostError::Netlink(other),
-        }
-    }
 }
 
 /// The daemon's side effects on the node's network. Each call is idempotent and returns what

@@ -8,6 +8,7 @@ pub mod daemon;
 pub mod doctor;
 mod durability;
 pub mod host;
+mod host_error;
 pub mod install;
 pub mod logging;
 mod nodenet;

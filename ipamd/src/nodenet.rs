@@ -6,7 +6,21 @@ use netops::snat::{self, NodeNetConfig, SystemRunner};
 use netops::{Netlink, parse_mac};
 use tracing::info;
 
-use crate::host::{HostError, NodeNet};
+use crate::host_error::HostError;
+
+/// Node-wide settings: the primary ENI's link and the SNAT and connmark rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeNet {
+    /// The primary ENI's MAC (its link is found by it).
+    pub primary_mac: String,
+    /// `AWS_VPC_ENI_MTU`, applied to the primary ENI's link.
+    pub mtu: u32,
+    /// Pods get IPv6 addresses: the node forwards IPv6 and keeps its router advertisements.
+    pub ipv6: bool,
+    /// The SNAT, connmark and fwmark settings. Their `primary_if` is left empty here and set
+    /// to the name of the link found by `primary_mac` when the rules are applied.
+    pub snat: NodeNetConfig,
+}
 
 /// Sets up the node's network. Returns what changed (empty when all was in place).
 pub fn setup(net: &NodeNet) -> Result<Vec<String>, HostError> {

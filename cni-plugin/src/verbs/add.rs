@@ -14,10 +14,10 @@ use crate::result::{Wired, add_result};
 /// A wiring step that failed, for the error message.
 struct SetupFailure {
     step: &'static str,
-    error: netops::Error,
+    error: netops::NetlinkError,
 }
 
-fn step(step: &'static str) -> impl FnOnce(netops::Error) -> SetupFailure {
+fn step(step: &'static str) -> impl FnOnce(netops::NetlinkError) -> SetupFailure {
     move |error| SetupFailure { step, error }
 }
 

@@ -55,7 +55,7 @@ fn check(att: &Attachment, client: &Client) -> Result<(), CniError> {
         host_mac: recorded.host_mac.as_deref().and_then(parse_mac),
     };
 
-    let unreadable = |e: netops::Error| {
+    let unreadable = |e: netops::NetlinkError| {
         CniError::internal(format!("CHECK could not read the network state: {e}"))
     };
     let host = Netlink::current().map_err(unreadable)?;

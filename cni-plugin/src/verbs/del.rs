@@ -142,7 +142,7 @@ fn from_prev(prev: &Recorded) -> Option<Target> {
 }
 
 fn teardown_host_side(target: &Target) -> Result<(), CniError> {
-    let failed = |e: netops::Error| {
+    let failed = |e: netops::NetlinkError| {
         CniError::internal(format!(
             "failed to tear down the host network of {}: {e}",
             target.ips

@@ -219,7 +219,7 @@ fn eni(view: &PoolView, info: &EniInfo) -> Eni {
         available_ipv4_cidrs: cidrs,
         ipv6_cidrs: ipv6_cidrs(view, &info.id),
         is_excluded_for_pod_ips: view.pool.is_excluded(&info.id),
-        route_table_id: info.route_table(),
+        route_table_id: netops::eni_table(info.device_number),
         subnet_id: info.subnet_id.clone(),
         subnet_choice: view.placements.get(&info.id).cloned(),
     }

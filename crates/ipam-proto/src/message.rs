@@ -133,7 +133,7 @@ pub struct Allocation {
     /// The ENI's device number (0 = primary ENI).
     pub device_number: u32,
     /// Routing table for traffic from the pod: 254 (main) on the primary ENI, else device
-    /// number + 1 (`pool::route_table` decides; this crate depends on no other).
+    /// number + 1 (`netops::eni_table` decides; this crate depends on no other).
     pub route_table: u32,
 }
 

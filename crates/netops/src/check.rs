@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnetwork::{Ipv4Network, Ipv6Network};
 
-use crate::error::Error;
+use crate::error::NetlinkError;
 use crate::messages::RT_TABLE_MAIN;
 use crate::messages::family::IpFamily;
 use crate::messages::link::Link;
@@ -64,7 +64,7 @@ impl std::error::Error for CheckMismatch {}
 pub enum CheckError {
     /// Reading the current state failed.
     #[error(transparent)]
-    Netlink(#[from] Error),
+    Netlink(#[from] NetlinkError),
     /// The state differs from the expectation.
     #[error(transparent)]
     Mismatch(#[from] CheckMismatch),
@@ -187,7 +187,7 @@ impl Families<'_> {
         gateway: F::Addr,
         route_table: Option<u32>,
         problems: &mut Vec<String>,
-    ) -> Result<(), Error> {
+    ) -> Result<(), NetlinkError> {
         if let Some(cont) = self.cont {
             check_pod_side::<N, F>(pod, self.expected, cont, self.veth, ip, gateway, problems)?;
         }
@@ -209,7 +209,7 @@ fn check_pod_side<N: NetlinkOps + ?Sized, F: IpFamily>(
     ip: F::Addr,
     gateway: F::Addr,
     problems: &mut Vec<String>,
-) -> Result<(), Error> {
+) -> Result<(), NetlinkError> {
     let ifname = &expected.container_ifname;
     let ip_host = F::host(ip);
     let scope = link_scope_text::<F>();
@@ -277,7 +277,7 @@ fn check_host_side<N: NetlinkOps + ?Sized, F: IpFamily>(
     ip: F::Addr,
     wanted: Option<u32>,
     problems: &mut Vec<String>,
-) -> Result<(), Error> {
+) -> Result<(), NetlinkError> {
     let ip_host = F::host(ip);
     let host_veth = &expected.host_veth;
     let scope = link_scope_text::<F>();

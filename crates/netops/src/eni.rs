@@ -10,7 +10,7 @@ use std::net::Ipv4Addr;
 
 use ipnetwork::Ipv4Network;
 
-use crate::error::{Error, Result};
+use crate::error::{NetlinkError, Result};
 use crate::messages::RT_TABLE_MAIN;
 use crate::messages::route::Route;
 use crate::messages::rule::Rule;
@@ -36,8 +36,17 @@ pub struct EniSpec {
     pub mtu: u32,
 }
 
-/// The route table of the ENI at `device_number` (the Go CNI's numbering for network card 0).
-pub use pool::route_table as eni_table;
+/// The routing table for traffic from pods on the ENI at `device_number`: main for the primary
+/// ENI, device number + 1 otherwise (the Go CNI's numbering for network card 0). The
+/// workspace's one definition: the daemon's allocations, its introspection and the doctor
+/// all ask here, so the table a pod's rule names is the table this crate fills.
+pub fn eni_table(device_number: u32) -> u32 {
+    if device_number == 0 {
+        RT_TABLE_MAIN
+    } else {
+        device_number + 1
+    }
+}
 
 /// The VPC router of a subnet: its network address + 1.
 pub fn subnet_gateway(subnet: Ipv4Network) -> Ipv4Addr {
@@ -56,17 +65,17 @@ pub struct EniSetup {
 }
 
 /// Configures a secondary ENI's link, table and rule; see the module docs. Fails with
-/// [`Error::NoLinkWithMac`] while the hot-plugged link has not appeared (callers retry).
+/// [`NetlinkError::NoLinkWithMac`] while the hot-plugged link has not appeared (callers retry).
 pub fn setup_eni(nl: &Netlink, spec: &EniSpec) -> Result<EniSetup> {
     if spec.device_number == 0 {
-        return Err(Error::Invalid {
+        return Err(NetlinkError::Invalid {
             what: "ENI device number",
             why: "0 is the primary ENI, which is not set up as a secondary one".into(),
         });
     }
     let link = nl
         .link_by_mac(&spec.mac)?
-        .ok_or_else(|| Error::NoLinkWithMac {
+        .ok_or_else(|| NetlinkError::NoLinkWithMac {
             mac: format_mac(&spec.mac),
         })?;
     let idx = link.index;
@@ -83,11 +92,12 @@ pub fn setup_eni(nl: &Netlink, spec: &EniSpec) -> Result<EniSetup> {
         changes.push("up".into());
     }
 
-    let own =
-        Ipv4Network::new(spec.primary_ip, spec.subnet.prefix()).map_err(|e| Error::Invalid {
+    let own = Ipv4Network::new(spec.primary_ip, spec.subnet.prefix()).map_err(|e| {
+        NetlinkError::Invalid {
             what: "ENI address",
             why: e.to_string(),
-        })?;
+        }
+    })?;
     let mut has_own = false;
     for addr in nl.addresses()?.into_iter().filter(|a| a.index == idx) {
         if addr.network == own {
@@ -104,7 +114,7 @@ pub fn setup_eni(nl: &Netlink, spec: &EniSpec) -> Result<EniSetup> {
         changes.push(format!("address {own}"));
     }
 
-    let gw_host = Ipv4Network::new(gw, 32).map_err(|e| Error::Invalid {
+    let gw_host = Ipv4Network::new(gw, 32).map_err(|e| NetlinkError::Invalid {
         what: "gateway",
         why: e.to_string(),
     })?;
@@ -165,7 +175,7 @@ pub fn setup_eni(nl: &Netlink, spec: &EniSpec) -> Result<EniSetup> {
 }
 
 fn host(ip: Ipv4Addr) -> Result<Ipv4Network> {
-    Ipv4Network::new(ip, 32).map_err(|e| Error::Invalid {
+    Ipv4Network::new(ip, 32).map_err(|e| NetlinkError::Invalid {
         what: "address",
         why: e.to_string(),
     })
@@ -230,6 +240,12 @@ pub fn teardown_eni(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn route_tables_follow_the_device_number() {
+        assert_eq!(eni_table(0), RT_TABLE_MAIN);
+        assert_eq!(eni_table(2), 3);
+    }
 
     #[test]
     fn tables_and_gateways_follow_the_go_cni() {

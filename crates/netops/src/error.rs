@@ -4,14 +4,14 @@ use std::io;
 use std::path::PathBuf;
 
 /// Result alias used throughout the crate.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub type Result<T, E = NetlinkError> = std::result::Result<T, E>;
 
 /// Why a netlink or namespace operation failed.
 ///
 /// Every variant that comes from the kernel names the operation it was doing, so a message
 /// reads like `add route 10.0.0.5/32 dev eni1234: File exists (os error 17)`.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub enum NetlinkError {
     /// The kernel answered the request with an error code.
     #[error("{op}: {}{}", io::Error::from_raw_os_error(*.errno), ext_ack_suffix(.ext_ack))]
     Kernel {
@@ -94,11 +94,11 @@ fn ext_ack_suffix(ext_ack: &Option<String>) -> String {
         .unwrap_or_default()
 }
 
-impl Error {
+impl NetlinkError {
     /// The kernel errno, when the kernel rejected a request.
     pub fn errno(&self) -> Option<i32> {
         match self {
-            Error::Kernel { errno, .. } => Some(*errno),
+            NetlinkError::Kernel { errno, .. } => Some(*errno),
             _ => None,
         }
     }
@@ -108,14 +108,14 @@ impl Error {
     /// success.
     pub fn is_not_found(&self) -> bool {
         match self {
-            Error::Kernel { errno, .. } => matches!(
+            NetlinkError::Kernel { errno, .. } => matches!(
                 *errno,
                 libc_errno::ENOENT
                     | libc_errno::ESRCH
                     | libc_errno::ENODEV
                     | libc_errno::EADDRNOTAVAIL
             ),
-            Error::NetnsNotFound { .. } | Error::NotANetns { .. } => true,
+            NetlinkError::NetnsNotFound { .. } | NetlinkError::NotANetns { .. } => true,
             _ => false,
         }
     }
@@ -129,7 +129,9 @@ impl Error {
     /// interface indexes). Variants without an operation are returned unchanged.
     pub fn with_op(mut self, new_op: impl Into<String>) -> Self {
         match &mut self {
-            Error::Kernel { op, .. } | Error::Socket { op, .. } | Error::Decode { op, .. } => {
+            NetlinkError::Kernel { op, .. }
+            | NetlinkError::Socket { op, .. }
+            | NetlinkError::Decode { op, .. } => {
                 *op = new_op.into();
             }
             _ => {}
@@ -158,7 +160,7 @@ mod tests {
 
     #[test]
     fn kernel_error_reads_like_ip() {
-        let e = Error::Kernel {
+        let e = NetlinkError::Kernel {
             op: "add route 10.0.0.5/32 dev eni1234".into(),
             errno: libc_errno::EEXIST,
             ext_ack: None,
@@ -173,7 +175,7 @@ mod tests {
 
     #[test]
     fn ext_ack_is_appended() {
-        let e = Error::Kernel {
+        let e = NetlinkError::Kernel {
             op: "add route 0.0.0.0/0 via 169.254.1.1".into(),
             errno: libc_errno::EINVAL,
             ext_ack: Some("Nexthop has invalid gateway".into()),
@@ -192,7 +194,7 @@ mod tests {
             libc_errno::ENODEV,
             libc_errno::EADDRNOTAVAIL,
         ] {
-            let e = Error::Kernel {
+            let e = NetlinkError::Kernel {
                 op: "x".into(),
                 errno,
                 ext_ack: None,
@@ -200,7 +202,7 @@ mod tests {
             assert!(e.is_not_found(), "errno {errno}");
         }
         assert!(
-            Error::NetnsNotFound {
+            NetlinkError::NetnsNotFound {
                 path: "/nope".into()
             }
             .is_not_found()
@@ -209,7 +211,7 @@ mod tests {
 
     #[test]
     fn with_op_replaces_only_the_operation() {
-        let e = Error::Kernel {
+        let e = NetlinkError::Kernel {
             op: "add route 10.0.0.5/32 oif 7".into(),
             errno: libc_errno::EEXIST,
             ext_ack: None,

@@ -12,7 +12,7 @@ use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::rc::Rc;
 
-use crate::error::{Error, Result};
+use crate::error::{NetlinkError, Result};
 use crate::messages::addr::{self, AddressOf};
 use crate::messages::family::{FamilyAddr, IpFamily};
 use crate::messages::link::{self, Link, VethSpec};
@@ -117,7 +117,7 @@ impl FakeNs {
             Some(errno) => Err(errno),
             None => effect(&mut world, self.id),
         };
-        outcome.map_err(|errno| Error::Kernel {
+        outcome.map_err(|errno| NetlinkError::Kernel {
             op,
             errno,
             ext_ack: None,

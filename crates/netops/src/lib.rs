@@ -42,7 +42,7 @@ pub use eni::{
     EniSetup, EniSpec, EniTeardown, PRIO_FROM_ENI, eni_table, setup_eni, subnet_gateway,
     teardown_eni,
 };
-pub use error::{Error, Result};
+pub use error::{NetlinkError, Result};
 pub use messages::RT_TABLE_MAIN;
 pub use messages::addr::{Address, Address6, AddressOf};
 pub use messages::family::{FamilyAddr, IpFamily};

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use sha1::{Digest, Sha1};
 
-use crate::error::{Error, Result};
+use crate::error::{NetlinkError, Result};
 
 /// Longest interface name the kernel accepts (IFNAMSIZ - 1).
 pub const IFNAME_MAX: usize = 15;
@@ -73,7 +73,7 @@ pub fn host_veth_name(
 /// any other failure, and listing every link on each ADD would cost time per pod.
 pub fn random_mac() -> Result<[u8; 6]> {
     let mut mac = [0u8; 6];
-    getrandom::fill(&mut mac).map_err(|e| Error::Random(e.to_string()))?;
+    getrandom::fill(&mut mac).map_err(|e| NetlinkError::Random(e.to_string()))?;
     // Locally administered (bit 1 set), unicast (bit 0 clear).
     mac[0] = (mac[0] | 0x02) & !0x01;
     Ok(mac)
@@ -122,7 +122,7 @@ pub fn validate_ifname(what: &'static str, name: &str) -> Result<()> {
         None
     };
     match why {
-        Some(why) => Err(Error::Invalid { what, why }),
+        Some(why) => Err(NetlinkError::Invalid { what, why }),
         None => Ok(()),
     }
 }

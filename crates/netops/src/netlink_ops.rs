@@ -24,8 +24,8 @@ use crate::socket::Netlink;
 /// family (the family follows from the argument, or is named: `routes_of::<Ipv6Network>`).
 ///
 /// Errors follow the kernel's: a request for something missing fails with an error whose
-/// [`crate::Error::is_not_found`] is true, creating something present with one whose
-/// [`crate::Error::is_exists`] is true, and every error names the operation.
+/// [`crate::NetlinkError::is_not_found`] is true, creating something present with one whose
+/// [`crate::NetlinkError::is_exists`] is true, and every error names the operation.
 pub trait NetlinkOps {
     /// A file descriptor of this namespace, e.g. to create a veth peer in it.
     fn netns_fd(&self) -> BorrowedFd<'_>;

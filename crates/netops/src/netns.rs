@@ -8,20 +8,20 @@ use std::path::Path;
 use nix::errno::Errno;
 use nix::sched::{CloneFlags, setns};
 
-use crate::error::{Error, Result};
+use crate::error::{NetlinkError, Result};
 
 /// The calling thread's own network namespace. `/proc/self` would name the main thread's,
 /// which differs while another thread is inside a pod namespace.
 pub(crate) const THREAD_NETNS: &str = "/proc/thread-self/ns/net";
 
-/// Opens a network namespace file. A missing path is [`Error::NetnsNotFound`].
+/// Opens a network namespace file. A missing path is [`NetlinkError::NetnsNotFound`].
 pub(crate) fn open(path: &Path) -> Result<OwnedFd> {
     match File::open(path) {
         Ok(f) => Ok(f.into()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Error::NetnsNotFound {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(NetlinkError::NetnsNotFound {
             path: path.to_path_buf(),
         }),
-        Err(source) => Err(Error::Netns {
+        Err(source) => Err(NetlinkError::Netns {
             path: path.to_path_buf(),
             action: "open",
             source,
@@ -41,7 +41,7 @@ pub(crate) fn with_netns<T>(
     f: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
     let original = open(Path::new(THREAD_NETNS)).map_err(|e| match e {
-        Error::NetnsNotFound { path } => Error::Netns {
+        NetlinkError::NetnsNotFound { path } => NetlinkError::Netns {
             path,
             action: "open",
             source: io::Error::from(io::ErrorKind::NotFound),
@@ -51,10 +51,10 @@ pub(crate) fn with_netns<T>(
     setns(target, CloneFlags::CLONE_NEWNET).map_err(|errno| match errno {
         // setns on a file that is not an nsfs inode, e.g. the empty bind-mount point left
         // behind when a namespace was deleted without unmounting.
-        Errno::EINVAL => Error::NotANetns {
+        Errno::EINVAL => NetlinkError::NotANetns {
             path: path.to_path_buf(),
         },
-        other => Error::Netns {
+        other => NetlinkError::Netns {
             path: path.to_path_buf(),
             action: "enter",
             source: other.into(),
@@ -62,7 +62,7 @@ pub(crate) fn with_netns<T>(
     })?;
     let result = f();
     if let Err(errno) = setns(&original, CloneFlags::CLONE_NEWNET) {
-        return Err(Error::Netns {
+        return Err(NetlinkError::Netns {
             path: path.to_path_buf(),
             action: "return to the original namespace",
             source: errno.into(),

@@ -6,7 +6,7 @@ use std::os::fd::AsRawFd;
 
 use ipnetwork::{Ipv4Network, Ipv6Network};
 
-use crate::error::{Error, Result, libc_errno};
+use crate::error::{NetlinkError, Result, libc_errno};
 use crate::messages::RT_TABLE_MAIN;
 use crate::messages::family::IpFamily;
 use crate::messages::link::{Link, VethSpec};
@@ -88,7 +88,7 @@ pub(crate) fn link_scope_text<F: IpFamily>() -> &'static str {
 /// gets both on the one veth.
 ///
 /// A stale host veth of the same name is deleted first. An existing `container_ifname` in
-/// the pod is an error ([`Error::ContainerIfaceExists`]). When any step fails, everything
+/// the pod is an error ([`NetlinkError::ContainerIfaceExists`]). When any step fails, everything
 /// created so far is removed and the original error is returned.
 pub fn setup_pod<N: NetlinkOps + ?Sized>(host: &N, pod: &N, spec: &PodSpec) -> Result<PodWiring> {
     setup_pod_with_mac(host, pod, spec, random_mac)
@@ -107,7 +107,7 @@ fn setup_pod_with_mac<N: NetlinkOps + ?Sized>(
     // deleting it removes its pod end too, so a repeated ADD re-wires instead of failing.
     remove_stale_host_veth(host, &spec.host_veth)?;
     if pod.link_by_name(&spec.container_ifname)?.is_some() {
-        return Err(Error::ContainerIfaceExists {
+        return Err(NetlinkError::ContainerIfaceExists {
             name: spec.container_ifname.clone(),
         });
     }
@@ -125,7 +125,7 @@ fn validate(spec: &PodSpec) -> Result<()> {
     validate_ifname("host veth name", &spec.host_veth)?;
     validate_ifname("container interface name", &spec.container_ifname)?;
     if spec.ipv4.is_none() && spec.ipv6.is_none() {
-        return Err(Error::Invalid {
+        return Err(NetlinkError::Invalid {
             what: "pod IP",
             why: "neither an IPv4 nor an IPv6 address was given".into(),
         });
@@ -133,7 +133,7 @@ fn validate(spec: &PodSpec) -> Result<()> {
     if let Some(ip) = spec.ipv4
         && (ip.is_unspecified() || ip.is_loopback() || ip.is_multicast() || ip.is_broadcast())
     {
-        return Err(Error::Invalid {
+        return Err(NetlinkError::Invalid {
             what: "pod IPv4 address",
             why: format!("{ip} cannot be a pod address"),
         });
@@ -145,7 +145,7 @@ fn validate(spec: &PodSpec) -> Result<()> {
             || ip.is_unicast_link_local())
     {
         // A link-local address would also clash with the gateway's fe80::/64.
-        return Err(Error::Invalid {
+        return Err(NetlinkError::Invalid {
             what: "pod IPv6 address",
             why: format!("{ip} cannot be a pod address"),
         });
@@ -159,27 +159,27 @@ fn validate(spec: &PodSpec) -> Result<()> {
             None
         };
         if let Some(why) = why {
-            return Err(Error::Invalid {
+            return Err(NetlinkError::Invalid {
                 what: "IPv4 egress address",
                 why,
             });
         }
     }
     if !(68..=65535).contains(&spec.mtu) {
-        return Err(Error::Invalid {
+        return Err(NetlinkError::Invalid {
             what: "MTU",
             why: format!("{} is outside 68..=65535", spec.mtu),
         });
     }
     if spec.ipv6.is_some() && spec.mtu < 1280 {
-        return Err(Error::Invalid {
+        return Err(NetlinkError::Invalid {
             what: "MTU",
             why: format!("{} is below IPv6's minimum of 1280", spec.mtu),
         });
     }
     if spec.route_table == 0 {
         // The kernel would pick an arbitrary empty table for a rule with table 0.
-        return Err(Error::Invalid {
+        return Err(NetlinkError::Invalid {
             what: "route table",
             why: "0 is not a table (254 is main)".into(),
         });
@@ -193,7 +193,7 @@ fn remove_stale_host_veth<N: NetlinkOps + ?Sized>(host: &N, name: &str) -> Resul
         return Ok(());
     };
     if link.kind.as_deref() != Some("veth") {
-        return Err(Error::Invalid {
+        return Err(NetlinkError::Invalid {
             what: "host veth name",
             why: format!(
                 "{name} already exists on the host as a {} link, not a veth",
@@ -301,7 +301,7 @@ fn wire<N: NetlinkOps + ?Sized>(
 
     let host_link = require_link(host, host_veth, "host veth")?;
     let cont_link = require_link(pod, ifname, "pod interface")?;
-    let container_mac = cont_link.mac.ok_or_else(|| Error::Decode {
+    let container_mac = cont_link.mac.ok_or_else(|| NetlinkError::Decode {
         op: format!("get link {ifname}"),
         reason: "the new pod interface has no MAC address".into(),
     })?;
@@ -434,7 +434,7 @@ where
 
 /// Looks up a link just created and makes sure it is up.
 fn require_link<N: NetlinkOps + ?Sized>(nl: &N, name: &str, what: &str) -> Result<Link> {
-    let link = nl.link_by_name(name)?.ok_or_else(|| Error::Kernel {
+    let link = nl.link_by_name(name)?.ok_or_else(|| NetlinkError::Kernel {
         op: format!("find {what} {name} after creating it"),
         errno: libc_errno::ENODEV,
         ext_ack: None,

@@ -13,7 +13,7 @@ use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, recv};
 
-use crate::error::{Error, Result};
+use crate::error::{NetlinkError, Result};
 use crate::messages::Request;
 use crate::netns;
 
@@ -59,7 +59,7 @@ impl Netlink {
     /// The calling thread enters the namespace only long enough to create the socket and is
     /// always returned to its original namespace, also on error. Only the calling thread is
     /// affected; other threads never see the switch. A missing path is
-    /// [`Error::NetnsNotFound`], a path that is not a namespace [`Error::NotANetns`].
+    /// [`NetlinkError::NetnsNotFound`], a path that is not a namespace [`NetlinkError::NotANetns`].
     pub fn in_netns(path: &Path) -> Result<Self> {
         let target = netns::open(path)?;
         let socket = netns::with_netns(path, &target, open_socket)?;
@@ -94,7 +94,7 @@ impl Netlink {
                     NetlinkPayload::Error(e) => match e.code {
                         None => return Ok(()),
                         Some(code) => {
-                            return Err(Error::Kernel {
+                            return Err(NetlinkError::Kernel {
                                 errno: code.get().abs(),
                                 ext_ack: ext_ack_text(msg.header.flags, &e.header),
                                 op,
@@ -117,7 +117,7 @@ impl Netlink {
                 DumpOutcome::Complete(messages) => return Ok(messages),
                 DumpOutcome::Interrupted if attempt < DUMP_ATTEMPTS => continue,
                 DumpOutcome::Interrupted => {
-                    return Err(Error::Kernel {
+                    return Err(NetlinkError::Kernel {
                         op: request.op,
                         errno: Errno::EINTR as i32,
                         ext_ack: Some(format!(
@@ -146,7 +146,7 @@ impl Netlink {
                     NetlinkPayload::InnerMessage(m) => out.push(m),
                     NetlinkPayload::Done(done) => {
                         if done.code != 0 {
-                            return Err(Error::Kernel {
+                            return Err(NetlinkError::Kernel {
                                 op: op.clone(),
                                 errno: done.code.abs(),
                                 ext_ack: None,
@@ -161,7 +161,7 @@ impl Netlink {
                     NetlinkPayload::Error(e) => match e.code {
                         None => return Ok(DumpOutcome::Complete(out)),
                         Some(code) => {
-                            return Err(Error::Kernel {
+                            return Err(NetlinkError::Kernel {
                                 op: op.clone(),
                                 errno: code.get().abs(),
                                 ext_ack: ext_ack_text(msg.header.flags, &e.header),
@@ -184,7 +184,7 @@ impl Netlink {
         let kernel = SocketAddr::new(0, 0);
         self.socket
             .send_to(&bytes, &kernel, 0)
-            .map_err(|source| Error::Socket {
+            .map_err(|source| NetlinkError::Socket {
                 op: op.to_string(),
                 source,
             })?;
@@ -194,7 +194,7 @@ impl Netlink {
     /// Reads one datagram (however large) and decodes every netlink message in it.
     fn recv_datagram(&self, op: &str) -> Result<Vec<NetlinkMessage<RouteNetlinkMessage>>> {
         let fd = self.socket.as_raw_fd();
-        let socket_err = |errno: Errno| Error::Socket {
+        let socket_err = |errno: Errno| NetlinkError::Socket {
             op: op.to_string(),
             source: match errno {
                 Errno::EAGAIN => std::io::Error::new(
@@ -214,7 +214,7 @@ impl Netlink {
         let mut buf = self.buf.borrow_mut();
         buf.resize(len, 0);
         let got = retry_eintr(|| recv(fd, &mut buf[..], MsgFlags::empty())).map_err(socket_err)?;
-        decode_datagram(&buf[..got.min(len)]).map_err(|reason| Error::Decode {
+        decode_datagram(&buf[..got.min(len)]).map_err(|reason| NetlinkError::Decode {
             op: op.to_string(),
             reason,
         })
@@ -227,7 +227,7 @@ enum DumpOutcome {
 }
 
 fn open_socket() -> Result<Socket> {
-    let socket = Socket::new(NETLINK_ROUTE).map_err(|source| Error::Socket {
+    let socket = Socket::new(NETLINK_ROUTE).map_err(|source| NetlinkError::Socket {
         op: "open rtnetlink socket".into(),
         source,
     })?;
@@ -238,7 +238,7 @@ fn open_socket() -> Result<Socket> {
     // not: a bounded wait turns into an error naming the operation.
     let timeout = nix::sys::time::TimeVal::new(REPLY_TIMEOUT.as_secs() as _, 0);
     nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::ReceiveTimeout, &timeout)
-        .map_err(|e| Error::Socket {
+        .map_err(|e| NetlinkError::Socket {
             op: "set the rtnetlink receive timeout".into(),
             source: e.into(),
         })?;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use nix::sched::{CloneFlags, setns};
 
-use crate::error::{Error, Result, libc_errno};
+use crate::error::{NetlinkError, Result, libc_errno};
 use crate::netns::is_current_netns;
 
 /// The operation text of a setting, as `sysctl` names it.
@@ -21,7 +21,7 @@ pub(crate) fn ipv6_conf_op(ifname: &str, setting: &str, value: &str) -> String {
 /// short-lived thread that enters `netns` first (unless it is the caller's own): the caller's
 /// threads never move, and a write can never land in another namespace's settings. A missing
 /// file (no such interface, or a kernel without IPv6) is an error whose
-/// [`Error::is_not_found`] is true.
+/// [`NetlinkError::is_not_found`] is true.
 pub(crate) fn set_ipv6_conf(
     netns: BorrowedFd<'_>,
     ifname: &str,
@@ -34,7 +34,7 @@ pub(crate) fn set_ipv6_conf(
     std::thread::scope(|s| {
         s.spawn(|| {
             if enter {
-                setns(netns, CloneFlags::CLONE_NEWNET).map_err(|errno| Error::Netns {
+                setns(netns, CloneFlags::CLONE_NEWNET).map_err(|errno| NetlinkError::Netns {
                     path: PathBuf::from(format!("/proc/self/fd/{}", netns.as_raw_fd())),
                     action: "enter",
                     source: errno.into(),
@@ -55,8 +55,8 @@ fn write(path: &str, value: &str) -> io::Result<()> {
 }
 
 /// The errno as the kernel's verdict, so callers test it like any other (`is_not_found`).
-fn io_error(op: &str, e: &io::Error) -> Error {
-    Error::Kernel {
+fn io_error(op: &str, e: &io::Error) -> NetlinkError {
+    NetlinkError::Kernel {
         op: op.to_string(),
         errno: e.raw_os_error().unwrap_or(libc_errno::EIO),
         ext_ack: None,

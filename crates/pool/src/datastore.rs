@@ -21,10 +21,9 @@ pub struct Allocated {
     pub ip: Ipv4Addr,
     /// Its ENI.
     pub eni_id: String,
-    /// The ENI's device number.
+    /// The ENI's device number (its routing table is `netops::eni_table` of it: the
+    /// datapath's numbering, which this pure crate does not hold).
     pub device_number: u32,
-    /// Table for traffic from the pod (main on the primary ENI).
-    pub route_table: u32,
     /// Since when.
     pub assigned_at: Timestamp,
 }
@@ -778,7 +777,6 @@ impl Pool {
                 ip,
                 eni_id: eni.info.id.clone(),
                 device_number: eni.info.device_number,
-                route_table: eni.info.route_table(),
                 assigned_at: *assigned_at,
             }),
             SlotState::Free { .. } => None,

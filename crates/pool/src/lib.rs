@@ -18,16 +18,18 @@ mod v6;
 pub use datastore::{Allocated, Counts, Pool, Released, Removal, RestoreIssue};
 pub use error::{AssignError, PoolError};
 pub use model::{
-    ADDRS_PER_PREFIX, AddrSlot, AttachmentKey, EniInfo, MAIN_TABLE, PREFIX_LEN, PodInfo, SlotState,
-    is_delegable_prefix, route_table,
+    ADDRS_PER_PREFIX, AddrSlot, AttachmentKey, EniInfo, PREFIX_LEN, PodInfo, SlotState,
+    is_delegable_prefix,
 };
-pub use persist::{MemoryStore, Mutation, PersistedAddr, PersistedState, StateStore};
+pub use persist::{
+    MemoryStore, Mutation, PersistedAddr, PersistedAddr6, PersistedState, Prefix6, StateStore,
+};
 pub use plan::{
     Action, Blocked, Explained, MIN_ENI_AGE, NodeLimits, Plan, PlanContext, PoolMode,
     RELEASE_INTERVAL, Reason, Standing, Targets, explain, plan,
 };
 pub use time::{Clock, Timestamp};
 pub use v6::{
-    Allocated6, Counts6, EGRESS_V4_RANGE, PREFIX6_LEN, PersistedAddr6, Pool6, Pool6Error, Prefix6,
-    RestoreIssue6, is_delegable_prefix6,
+    Allocated6, Counts6, EGRESS_V4_RANGE, PREFIX6_LEN, Pool6, Pool6Error, RestoreIssue6,
+    is_delegable_prefix6,
 };

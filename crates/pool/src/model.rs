@@ -7,20 +7,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::time::Timestamp;
 
-/// The kernel's main routing table: where traffic from pods on the primary ENI is routed. This
-/// is the workspace's one definition; netops's datapath uses it too.
-pub const MAIN_TABLE: u32 = 254;
-
-/// The routing table for traffic from pods on the ENI at `device_number`: main for the primary
-/// ENI, device number + 1 otherwise (the Go CNI's numbering for network card 0).
-pub fn route_table(device_number: u32) -> u32 {
-    if device_number == 0 {
-        MAIN_TABLE
-    } else {
-        device_number + 1
-    }
-}
-
 /// Prefix length of a delegated IPv4 prefix.
 pub const PREFIX_LEN: u8 = 28;
 
@@ -89,12 +75,6 @@ impl EniInfo {
     /// True for the primary ENI.
     pub fn is_primary(&self) -> bool {
         self.device_number == 0
-    }
-
-    /// Routing table for traffic from pods on this ENI: main for the primary ENI, device + 1
-    /// otherwise (the Go CNI's numbering for network card 0).
-    pub fn route_table(&self) -> u32 {
-        route_table(self.device_number)
     }
 }
 

@@ -7,8 +7,7 @@ use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{AddrSlot, EniInfo};
-use crate::v6::{PersistedAddr6, Prefix6};
+use crate::model::{AddrSlot, EniInfo, SlotState};
 
 /// One address as persisted: where it lives and its state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,6 +18,27 @@ pub struct PersistedAddr {
     pub eni: String,
     /// Its state, cooldown deadline included.
     pub slot: AddrSlot,
+}
+
+/// A delegated /80 and the ENI holding it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prefix6 {
+    /// The prefix, named by its network address.
+    pub prefix: Ipv6Network,
+    /// `eni-...`.
+    pub eni: String,
+}
+
+/// One IPv6 address that is held, or released and still cooling, as persisted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PersistedAddr6 {
+    /// The address.
+    pub ip: Ipv6Addr,
+    /// Assigned, or free until its cooldown ends.
+    pub state: SlotState,
+    /// The IPv4 egress address that goes with it (IPv4 egress on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_v4: Option<Ipv4Addr>,
 }
 
 /// The pool's durable state.

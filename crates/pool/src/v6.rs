@@ -15,11 +15,10 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use ipnetwork::{Ipv4Network, Ipv6Network};
-use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::model::{AttachmentKey, PodInfo, SlotState};
-use crate::persist::Mutation;
+use crate::persist::{Mutation, PersistedAddr6, Prefix6};
 use crate::time::Timestamp;
 
 /// Prefix length of a delegated IPv6 prefix.
@@ -31,27 +30,6 @@ pub const EGRESS_V4_RANGE: Ipv4Network =
         Some(net) => net,
         None => panic!("169.254.172.0/22 is a valid network"),
     };
-
-/// A delegated /80 and the ENI holding it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Prefix6 {
-    /// The prefix, named by its network address.
-    pub prefix: Ipv6Network,
-    /// `eni-...`.
-    pub eni: String,
-}
-
-/// One IPv6 address that is held, or released and still cooling, as persisted.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PersistedAddr6 {
-    /// The address.
-    pub ip: Ipv6Addr,
-    /// Assigned, or free until its cooldown ends.
-    pub state: SlotState,
-    /// The IPv4 egress address that goes with it (IPv4 egress on).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub egress_v4: Option<Ipv4Addr>,
-}
 
 /// An IPv6 address held by an attachment.
 #[derive(Clone, Debug, PartialEq, Eq)]

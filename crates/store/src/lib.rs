@@ -57,7 +57,7 @@ pub enum StoreError {
         /// Directory.
         path: PathBuf,
         /// Cause.
-        source: Box<dyn std::error::Error + Send + Sync>,
+        source: OpenCause,
     },
     /// The stored state was written by an incompatible build.
     #[error(
@@ -88,6 +88,32 @@ pub enum StoreError {
     /// sled failed.
     #[error("state database: {0}")]
     Db(#[from] sled::Error),
+}
+
+/// Why [`StoreError::Open`] could not open the state directory. Each variant reads as its cause
+/// did before, so the message of a failed open stays what operators know.
+#[derive(Debug, Error)]
+pub enum OpenCause {
+    /// Creating the directory or setting its mode failed.
+    #[error(transparent)]
+    Dir(#[from] std::io::Error),
+    /// sled could not open the database.
+    #[error(transparent)]
+    Sled(#[from] sled::Error),
+    /// sled panicked while opening it (it asserts on what it reads back).
+    #[error("sled panicked: {0}")]
+    Panicked(String),
+    /// The database could not be opened, and moving it aside to start empty failed too.
+    #[error("{reason}; and moving it aside to {} failed: {source}", .moved_to.display())]
+    MoveAside {
+        /// Why the database could not be opened.
+        reason: String,
+        /// Where it was to be moved.
+        moved_to: PathBuf,
+        /// Why the rename failed.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Pool state in a sled database.
@@ -173,13 +199,13 @@ impl SledStore {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "state".into());
         let moved_to = dir.with_file_name(format!("{name}.corrupt-{unix_secs}"));
-        fs::rename(dir, &moved_to).map_err(|e| StoreError::Open {
+        fs::rename(dir, &moved_to).map_err(|source| StoreError::Open {
             path: dir.to_path_buf(),
-            source: format!(
-                "{reason}; and moving it aside to {} failed: {e}",
-                moved_to.display()
-            )
-            .into(),
+            source: OpenCause::MoveAside {
+                reason: reason.clone(),
+                moved_to: moved_to.clone(),
+                source,
+            },
         })?;
         let store = Self::open(dir)?;
         Ok((store, Some(Damage::Unopenable { reason, moved_to })))
@@ -196,7 +222,7 @@ impl SledStore {
                 .unwrap_or_else(|| "a panic".into());
             Err(StoreError::Open {
                 path: dir.to_path_buf(),
-                source: format!("sled panicked: {why}").into(),
+                source: OpenCause::Panicked(why),
             })
         })
     }
@@ -256,7 +282,7 @@ impl SledStore {
 
     /// Opens (or creates, mode 0700) the store in `dir`.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        let open_err = |source: Box<dyn std::error::Error + Send + Sync>| StoreError::Open {
+        let open_err = |source: OpenCause| StoreError::Open {
             path: dir.to_path_buf(),
             source,
         };

@@ -17,8 +17,10 @@ use netlink_packet_core::{
 };
 use netlink_packet_route::RouteNetlinkMessage;
 
-/// The main routing table, under the kernel's name.
-pub use pool::MAIN_TABLE as RT_TABLE_MAIN;
+/// The kernel's main routing table, under the kernel's name: where traffic from pods on the
+/// primary ENI is routed. This is the workspace's one definition; the per-ENI numbering
+/// ([`crate::eni_table`]) and the daemon's allocations use it.
+pub const RT_TABLE_MAIN: u32 = 254;
 
 /// Flags of a request that changes something and wants an acknowledgement.
 pub const FLAGS_ACK: u16 = NLM_F_REQUEST | NLM_F_ACK;

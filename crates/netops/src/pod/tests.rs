@@ -310,7 +310,7 @@ fn an_existing_container_interface_is_refused_before_anything_is_created() {
 
     let err = add(&host, &pod, TABLE).expect_err("eth0 is taken");
 
-    assert!(matches!(err, Error::ContainerIfaceExists { ref name } if name == "eth0"));
+    assert!(matches!(err, NetlinkError::ContainerIfaceExists { ref name } if name == "eth0"));
     assert_eq!(
         net.take_calls(),
         [

@@ -66,7 +66,7 @@ pub enum SnatError {
     /// A netlink or namespace operation (the fwmark rule, entering the node's namespace)
     /// failed.
     #[error(transparent)]
-    Netops(#[from] crate::Error),
+    Netops(#[from] crate::NetlinkError),
     /// Reading or writing a sysctl failed.
     #[error("sysctl {path}: {source}")]
     Sysctl {

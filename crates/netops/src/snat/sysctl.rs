@@ -29,7 +29,7 @@ pub(crate) fn set_rp_filter_loose(netns: BorrowedFd<'_>, ifname: &str) -> Result
         s.spawn(|| {
             if enter {
                 setns(netns, CloneFlags::CLONE_NEWNET).map_err(|errno| {
-                    SnatError::Netops(crate::Error::Netns {
+                    SnatError::Netops(crate::NetlinkError::Netns {
                         path: PathBuf::from(format!("/proc/self/fd/{}", netns.as_raw_fd())),
                         action: "enter",
                         source: errno.into(),

@@ -5,7 +5,7 @@ use crate::support;
 
 use std::net::Ipv4Addr;
 
-use netops::{EniSpec, Error, PRIO_FROM_ENI, eni_table, parse_mac, setup_eni, teardown_eni};
+use netops::{EniSpec, NetlinkError, PRIO_FROM_ENI, eni_table, parse_mac, setup_eni, teardown_eni};
 use support::{NsPair, run};
 
 const MAC: &str = "02:aa:bb:cc:00:01";
@@ -180,7 +180,7 @@ fn teardown_removes_the_table_the_eni_rule_and_its_pods_rules() {
 fn an_eni_whose_link_has_not_appeared_is_reported_as_such() {
     let ns = NsPair::new();
     match setup_eni(&ns.host_nl(), &spec()) {
-        Err(Error::NoLinkWithMac { mac }) => assert_eq!(mac, MAC),
+        Err(NetlinkError::NoLinkWithMac { mac }) => assert_eq!(mac, MAC),
         other => panic!("{other:?}"),
     }
 }

@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use netops::{
-    CheckError, Error, ExpectedPod, Netlink, PodSpec, PodWiring, RT_TABLE_MAIN, check_pod,
+    CheckError, ExpectedPod, Netlink, NetlinkError, PodSpec, PodWiring, RT_TABLE_MAIN, check_pod,
     format_mac, routed_elsewhere, setup_pod, teardown_host,
 };
 use support::{NsPair, run};
@@ -310,7 +310,7 @@ fn existing_container_ifname_fails_and_touches_nothing() {
         "ip", "-n", &ns.pod, "link", "add", "eth0", "type", "veth", "peer", "name", "other0",
     ]);
     let err = setup_pod(&ns.host_nl(), &ns.pod_nl(), &spec(3)).expect_err("must fail");
-    assert!(matches!(err, Error::ContainerIfaceExists { ref name } if name == "eth0"));
+    assert!(matches!(err, NetlinkError::ContainerIfaceExists { ref name } if name == "eth0"));
     assert_eq!(
         err.to_string(),
         "interface eth0 already exists in the pod network namespace"
@@ -376,7 +376,7 @@ fn in_netns_restores_the_thread_and_reports_missing_paths() {
         vec!["lo"]
     );
     let err = Netlink::in_netns(Path::new("/run/netns/nt-does-not-exist-netops")).unwrap_err();
-    assert!(matches!(err, Error::NetnsNotFound { .. }), "{err}");
+    assert!(matches!(err, NetlinkError::NetnsNotFound { .. }), "{err}");
     assert!(err.is_not_found());
     assert_eq!(
         fs::metadata("/proc/thread-self/ns/net").unwrap().ino(),

@@ -188,12 +188,6 @@ fn gc_releases_only_unlisted_attachments_of_that_network() {
 }
 
 #[test]
-fn route_tables_follow_the_device_number() {
-    assert_eq!(eni("e", 0, "10.0.0.1").route_table(), MAIN_TABLE);
-    assert_eq!(eni("e", 2, "10.0.0.1").route_table(), 3);
-}
-
-#[test]
 fn restore_keeps_assignments_and_deadlines_and_repairs_the_rest() {
     let mut p = pool_with(3);
     let store = MemoryStore::default();

@@ -105,7 +105,7 @@ fn pool_eni(e: &NetworkInterface) -> Eni {
             .collect(),
         ipv6_cidrs: BTreeMap::new(),
         is_excluded_for_pod_ips: false,
-        route_table_id: if device == 0 { 254 } else { device + 1 },
+        route_table_id: netops::eni_table(device),
         subnet_id: e.subnet_id.clone(),
         subnet_choice: None,
     }
