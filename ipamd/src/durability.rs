@@ -6,6 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use pool::{Mutation, PersistedState, StateStore};
+use store::StoreError;
+
+/// A store the daemon can run on: its errors are the state store's (a store that cannot fail,
+/// as the in-memory one, converts trivially).
+pub trait DaemonStore: StateStore<Error: Into<StoreError>> + 'static {}
+
+impl<S: StateStore<Error: Into<StoreError>> + 'static> DaemonStore for S {}
 
 /// Tracks which applied changes are durable.
 pub struct Durability<S> {
@@ -22,17 +29,17 @@ pub struct Durability<S> {
 pub enum PersistError {
     /// The store's own error.
     #[error("persisting state: {0}")]
-    Store(#[source] Box<dyn std::error::Error + Send + Sync>),
+    Store(#[source] StoreError),
     /// The blocking task running the flush failed (panicked or was cancelled).
     #[error("persisting state: flush task: {0}")]
     FlushTask(#[from] tokio::task::JoinError),
 }
 
-fn store_error(e: impl std::error::Error + Send + Sync + 'static) -> PersistError {
-    PersistError::Store(Box::new(e))
+fn store_error(e: impl Into<StoreError>) -> PersistError {
+    PersistError::Store(e.into())
 }
 
-impl<S: StateStore + 'static> Durability<S> {
+impl<S: DaemonStore> Durability<S> {
     /// Wraps a store.
     pub fn new(store: Arc<S>) -> Self {
         Self {
@@ -161,7 +168,7 @@ mod tests {
     }
 
     impl StateStore for CountingStore {
-        type Error = std::io::Error;
+        type Error = StoreError;
         fn load(&self) -> Result<PersistedState, Self::Error> {
             Ok(self.inner.load().unwrap_or_default())
         }
@@ -183,7 +190,7 @@ mod tests {
                     .expect("the test never let the flush finish");
             }
             if *self.fail.lock().unwrap() {
-                return Err(std::io::Error::other("disk full"));
+                return Err(sled::Error::Io(std::io::Error::other("disk full")).into());
             }
             self.flushes.fetch_add(1, Ordering::SeqCst);
             Ok(())

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use cloud::{Ec2, Imds};
 use cluster::{ClusterEvent, ClusterWrite, NodeFacts, NodePatch};
-use pool::StateStore;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::Daemon;
+use crate::durability::DaemonStore;
 use crate::host::HostNetwork;
 
 /// The annotation carrying how many pods the node can give an address to.
@@ -106,7 +106,7 @@ pub async fn publish_node<W, E, I, H, S>(
     E: Ec2,
     I: Imds,
     H: HostNetwork,
-    S: StateStore + 'static,
+    S: DaemonStore,
 {
     let mut view = daemon.cluster_view();
     let mut last_error = None;

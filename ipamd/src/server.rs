@@ -50,7 +50,7 @@ where
     E: cloud::Ec2,
     I: cloud::Imds,
     H: crate::host::HostNetwork,
-    S: pool::StateStore + 'static,
+    S: crate::durability::DaemonStore,
 {
     fn handle(&self, req: Request) -> impl Future<Output = Result<Reply, DaemonError>> + Send {
         crate::daemon::Daemon::handle(self, req)

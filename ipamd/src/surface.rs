@@ -7,9 +7,10 @@ use std::time::Duration;
 use cloud::throttle::CallObserver;
 use cloud::{CloudError, CloudErrorKind, Ec2, Imds};
 use introspect::{IpamdEnv, Metrics, NetworkUtilsEnv, PoolView, Source};
-use pool::{Clock, StateStore};
+use pool::Clock;
 
 use crate::Daemon;
+use crate::durability::DaemonStore;
 use netops::snat::Randomize;
 
 use crate::config::Config;
@@ -53,7 +54,7 @@ pub fn ipamd_env(config: &Config) -> IpamdEnv {
 /// The daemon, as the endpoints' source of snapshots.
 pub struct DaemonSource<E, I, H, S>(pub Arc<Daemon<E, I, H, S>>);
 
-impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Source for DaemonSource<E, I, H, S> {
+impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Source for DaemonSource<E, I, H, S> {
     fn view(&self) -> PoolView {
         self.0.view()
     }

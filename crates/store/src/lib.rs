@@ -90,6 +90,13 @@ pub enum StoreError {
     Db(#[from] sled::Error),
 }
 
+/// A store that cannot fail (the in-memory one) fails as this one would.
+impl From<std::convert::Infallible> for StoreError {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
+}
+
 /// Why [`StoreError::Open`] could not open the state directory. Each variant reads as its cause
 /// did before, so the message of a failed open stays what operators know.
 #[derive(Debug, Error)]

@@ -10,11 +10,12 @@ use backon::{ExponentialBuilder, Retryable};
 use cloud::{Ec2, Imds, NetworkInterface};
 use ipnetwork::Ipv4Network;
 use netops::EniSpec;
-use pool::{EniInfo, Mutation, Pool, Removal, StateStore, Timestamp};
+use pool::{EniInfo, Mutation, Pool, Removal, Timestamp};
 use tracing::{error, info, warn};
 
 use super::Daemon;
 use super::growth::EniSetupError;
+use crate::durability::DaemonStore;
 use crate::host::{HostError, HostNetwork};
 
 /// How long a hot-plugged ENI's link may take to appear before setup gives up for now (the
@@ -123,7 +124,7 @@ pub(super) fn sync_eni(pool: &mut Pool, eni: &NetworkInterface) -> Vec<Mutation>
     muts
 }
 
-impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
     /// Sets up an attached ENI on the node (waiting for its link to appear), then adds it and
     /// what EC2 says it holds to the pool.
     pub(super) async fn configure_eni(

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use cloud::{CloudError, CloudErrorKind, CreateEni, Ec2, Imds, NetworkInterface};
-use pool::{Action, Blocked, PlanContext, StateStore, Timestamp};
+use pool::{Action, Blocked, PlanContext, Timestamp};
 use tracing::{debug, error, info, warn};
 
 use super::Daemon;
@@ -12,6 +12,7 @@ use super::eni::{TAG_CLUSTER, TAG_CREATED_AT, TAG_INSTANCE_ID, TAG_OWNER};
 use super::eni::{adopt, eni_description, wall_time};
 use super::growth::GrowthFailure;
 use super::placement::Placement;
+use crate::durability::DaemonStore;
 use crate::host::HostNetwork;
 
 /// Actions carried out in one controller round at most; the next round follows shortly.
@@ -37,7 +38,7 @@ fn client_token(instance_id: &str) -> String {
     format!("vpc-cni-{instance_id}-{random:016x}")
 }
 
-impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
     /// The plan for now.
     pub(super) fn current_plan(&self, now: Timestamp) -> pool::Plan {
         let ctx = PlanContext {

@@ -8,13 +8,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use cloud::{CloudError, CloudErrorKind, CreateEni, Ec2, Imds};
-use pool::{Action, Blocked, StateStore, Targets, Timestamp};
+use pool::{Action, Blocked, Targets, Timestamp};
 use thiserror::Error;
 use tokio::sync::Notify;
 use tracing::warn;
 
 use super::placement::{NoPlacement, eni_config};
 use super::{Daemon, lock};
+use crate::durability::DaemonStore;
 use crate::durability::PersistError;
 use crate::host::{HostError, HostNetwork};
 
@@ -239,7 +240,7 @@ impl fmt::Display for NoGrowth {
     }
 }
 
-impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
     pub(super) fn growth_succeeded(&self) {
         let mut growth = self.growth.status();
         growth.last_error = None;

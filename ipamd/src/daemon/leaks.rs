@@ -5,11 +5,11 @@
 use std::time::{Duration, SystemTime};
 
 use cloud::{CloudErrorKind, Ec2, EniFilter, Imds, NetworkInterface};
-use pool::StateStore;
 use tracing::{debug, info, warn};
 
 use super::Daemon;
 use super::eni::{TAG_CLUSTER, TAG_CREATED_AT, TAG_INSTANCE_ID, wall_time};
+use crate::durability::DaemonStore;
 use crate::host::HostNetwork;
 
 /// An available ENI younger than this may be one another node is still attaching.
@@ -33,7 +33,7 @@ fn age(eni: &NetworkInterface, now: SystemTime) -> Option<Duration> {
     Some(now.duration_since(created).unwrap_or(Duration::ZERO))
 }
 
-impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
     /// One cleanup round: ENIs of this VPC (and cluster, when CLUSTER_NAME is set) that carry
     /// our instance tag and description, are `available` and are at least [`MIN_LEAK_AGE`]
     /// old are deleted. One without a creation time gets one now and is judged next round.

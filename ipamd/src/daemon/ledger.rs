@@ -5,11 +5,12 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use pool::{Mutation, Pool, StateStore};
+use pool::{Mutation, Pool};
 use tokio::sync::watch;
 use tracing::{error, warn};
 
 use super::lock;
+use crate::durability::DaemonStore;
 use crate::durability::{Durability, PersistError};
 
 /// The pool, the store behind it, and the growth signal ADDs wait on.
@@ -23,7 +24,7 @@ pub(super) struct Ledger<S> {
     grown: watch::Sender<u64>,
 }
 
-impl<S: StateStore + 'static> Ledger<S> {
+impl<S: DaemonStore> Ledger<S> {
     pub(super) fn new(pool: Pool, store: Arc<S>) -> Self {
         Ledger {
             pool: Mutex::new(pool),

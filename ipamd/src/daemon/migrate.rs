@@ -5,15 +5,15 @@
 use std::path::Path;
 
 use cloud::{Ec2, Imds};
-use pool::StateStore;
 use store::{Imported, read_checkpoint};
 use tracing::{info, warn};
 
 use super::{Daemon, StartupError};
+use crate::durability::DaemonStore;
 use crate::durability::PersistError;
 use crate::host::HostNetwork;
 
-impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
     /// Adopts the assignments of the Go CNI's checkpoint at `path`, if there is one. A file
     /// that exists but cannot be read stops ipamd: starting without it would count its pods'
     /// addresses as free and hand them to new pods.

@@ -39,10 +39,11 @@ use std::time::Duration;
 
 use cloud::{Ec2, Imds, InstanceLimits, NodeIdentity};
 use introspect::{Metrics, PoolView};
-use pool::{Clock, NodeLimits, Pool, StateStore, Targets};
+use pool::{Clock, NodeLimits, Pool, Targets};
 use tracing::info;
 
 use crate::config::IpFamily;
+use crate::durability::DaemonStore;
 pub use crate::durability::PersistError;
 use crate::host::{HostNetwork, NodeNet};
 use growth::Growth;
@@ -118,7 +119,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
     /// The node.
     pub fn node(&self) -> &Node {
         &self.node

@@ -9,11 +9,11 @@ use std::sync::{Mutex, MutexGuard};
 use cloud::{CloudError, CloudErrorKind, Ec2, EniFilter, Imds, Subnet};
 use cluster::{ApiState, ClusterView, EniConfigKeys, EniConfigSpec};
 use ipnetwork::Ipv4Network;
-use pool::StateStore;
 use thiserror::Error;
 use tracing::{info, warn};
 
 use super::{Daemon, lock};
+use crate::durability::DaemonStore;
 use crate::host::HostNetwork;
 
 /// The tag that opts a subnet in (`1`) or out (`0`) of subnet discovery.
@@ -192,7 +192,7 @@ pub fn discover<'a>(
         })
 }
 
-impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
     /// Where the next ENI goes, as configured: custom networking, subnet discovery, or the
     /// node's subnet.
     pub(super) async fn placement(&self) -> Result<Placement, NoPlacement> {

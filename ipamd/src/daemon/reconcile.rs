@@ -6,15 +6,16 @@ use std::net::Ipv4Addr;
 
 use cloud::{CloudError, Ec2, Imds, NetworkInterface};
 use ipnetwork::Ipv4Network;
-use pool::{EniInfo, Removal, StateStore};
+use pool::{EniInfo, Removal};
 use tracing::{debug, error, info, warn};
 
 use super::eni::{is_ours, sync_eni};
 use super::{Daemon, StartupError};
+use crate::durability::DaemonStore;
 use crate::durability::PersistError;
 use crate::host::HostNetwork;
 
-impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
     /// The periodic check: the ENIs IMDS lists, with their addresses and prefixes, against
     /// the pool's (and the unmanaged ENIs last seen); EC2 is asked only when they differ.
     /// Also releases recovered addresses whose pods are gone.

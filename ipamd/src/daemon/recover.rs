@@ -10,10 +10,11 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use cloud::{Ec2, Imds};
-use pool::{AttachmentKey, EGRESS_V4_RANGE, PodInfo, StateStore, Timestamp};
+use pool::{AttachmentKey, EGRESS_V4_RANGE, PodInfo, Timestamp};
 use tracing::{error, info, warn};
 
 use super::Daemon;
+use crate::durability::DaemonStore;
 use crate::durability::PersistError;
 use crate::host::HostNetwork;
 
@@ -46,7 +47,7 @@ fn recovered_key(link: &str, ip: IpAddr) -> AttachmentKey {
     }
 }
 
-impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
     /// Adopts every address a pod on the node routes to that the pool holds for nobody, and
     /// logs each route whose address is not on this node's ENIs at all. Unreadable routes are
     /// logged and skipped: the pool is left as stored.

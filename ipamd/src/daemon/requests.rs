@@ -5,11 +5,12 @@ use std::collections::HashSet;
 
 use cloud::{Ec2, Imds};
 use ipam_proto::{self as proto, DaemonError, ErrorKind, NoAddressCause, Reply, Request};
-use pool::{AssignError, StateStore, Timestamp};
+use pool::{AssignError, Timestamp};
 use tracing::{debug, info, warn};
 
 use super::Daemon;
 use crate::convert;
+use crate::durability::DaemonStore;
 use crate::durability::PersistError;
 use crate::host::HostNetwork;
 
@@ -23,7 +24,7 @@ impl From<PersistError> for DaemonError {
     }
 }
 
-impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
     /// Handles one plugin request.
     pub async fn handle(&self, req: Request) -> Result<Reply, DaemonError> {
         match req {

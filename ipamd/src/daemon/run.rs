@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use cloud::{Ec2, Imds};
 use cluster::{ClusterEvent, ClusterWrite};
-use pool::StateStore;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::info;
@@ -18,6 +17,7 @@ use super::leaks::MAX_START_JITTER;
 use super::scarcity::CHECK_PERIOD as SCARCITY_CHECK_PERIOD;
 use super::veths::VETH_GRACE;
 use crate::config::Config;
+use crate::durability::DaemonStore;
 use crate::durability::PersistError;
 use crate::host::HostNetwork;
 use crate::{CONTROLLER_PERIOD, VETH_SWEEP_PERIOD};
@@ -58,7 +58,7 @@ impl Tasks {
     }
 }
 
-impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
     /// Runs the background tasks `tasks` selects until `shutdown` completes, then stops them
     /// and makes every change durable. `spread` draws from [0, 1) to spread the periodic EC2
     /// calls of a fleet of nodes started together. Dropping the returned future stops every

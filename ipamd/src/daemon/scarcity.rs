@@ -9,10 +9,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cloud::{Ec2, EniFilter, Imds};
-use pool::{StateStore, Targets, Timestamp};
+use pool::{Targets, Timestamp};
 use tracing::{info, warn};
 
 use super::{Daemon, lock};
+use crate::durability::DaemonStore;
 use crate::host::HostNetwork;
 
 /// Scarce below this share of a subnet free...
@@ -74,7 +75,7 @@ impl Scarcity {
     }
 }
 
-impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
     /// Whether the node is in scarcity mode now.
     pub fn subnet_scarce(&self) -> bool {
         self.scarcity.is_on()

@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 use cloud::{CloudError, CloudErrorKind, Ec2, Imds};
-use pool::{Action, Mutation, Pool, Removal, StateStore, Timestamp};
+use pool::{Action, Mutation, Pool, Removal, Timestamp};
 use tracing::{debug, error, info, warn};
 
 use super::Daemon;
+use crate::durability::DaemonStore;
 use crate::durability::PersistError;
 use crate::host::HostNetwork;
 
@@ -25,7 +26,7 @@ enum NotDetached {
     Cloud(CloudError),
 }
 
-impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
     /// Gives addresses and prefixes above target back to EC2. Each leaves the pool first, and
     /// only if it is still neither assigned nor cooling (an ADD and a DEL may have come since
     /// the plan), so nothing a pod holds or held a moment ago is released.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cloud::{CloudError, Ec2, Imds, InstanceLimits, InstanceTable, NodeIdentity};
 use introspect::Metrics;
-use pool::{Clock, Mutation, NodeLimits, Pool, StateStore, Targets};
+use pool::{Clock, Mutation, NodeLimits, Pool, Targets};
 use thiserror::Error;
 use tracing::{debug, info, warn};
 
@@ -20,6 +20,7 @@ use super::steer::Steering;
 use super::veths::VethSweep;
 use super::{Daemon, KUBELET_DEFAULT_MAX_PODS, LostState, Node, log_changes};
 use crate::config::Config;
+use crate::durability::DaemonStore;
 use crate::durability::PersistError;
 use crate::host::{HostError, HostNetwork, NodeNet};
 
@@ -94,7 +95,7 @@ pub enum StartupError {
         /// State directory.
         dir: std::path::PathBuf,
         /// Why.
-        source: Box<dyn std::error::Error + Send + Sync>,
+        source: store::StoreError,
     },
     /// The node's network could not be set up.
     #[error("setting up the node's network: {0}")]
@@ -215,7 +216,7 @@ pub fn node_net(config: &Config, identity: &NodeIdentity) -> NodeNet {
     }
 }
 
-impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
     /// Starts the daemon; returns once it can serve.
     pub async fn start(config: &Config, parts: Parts<E, I, H, S>) -> Result<Self, StartupError> {
         let Parts {
@@ -253,7 +254,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S
 
         let state = store.load().map_err(|e| StartupError::Restore {
             dir: config.state_dir.clone(),
-            source: Box::new(e),
+            source: e.into(),
         })?;
         let first_start = state.enis.is_empty() && state.addrs.is_empty();
         let (mut pool, fixes, issues) = Pool::restore(state, config.ip_cooldown);

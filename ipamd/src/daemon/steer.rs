@@ -7,13 +7,14 @@ use std::sync::{Mutex, MutexGuard};
 
 use cloud::{Ec2, Imds};
 use cluster::{ClusterEvent, ClusterView, EventKind, PodFacts, Regarding};
-use pool::{ADDRS_PER_PREFIX, NodeLimits, StateStore, Targets};
+use pool::{ADDRS_PER_PREFIX, NodeLimits, Targets};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
 use super::overrides::{Overrides, Rejected};
 use super::waits::Waiting;
 use super::{Daemon, lock};
+use crate::durability::DaemonStore;
 use crate::host::HostNetwork;
 
 /// The cluster as ipamd follows it, and what ipamd keeps of its dealings with it: the view
@@ -77,7 +78,7 @@ impl Steering {
     }
 }
 
-impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
     /// The node's own settings, from the latest view of it.
     fn overrides(&self) -> Overrides {
         self.steering

@@ -3,14 +3,14 @@
 //! warm pool to manage, as in aws-node's IPv6 mode.
 
 use cloud::{Ec2, Imds, NetworkInterface};
-use pool::StateStore;
 use tracing::{error, info, warn};
 
 use super::Daemon;
+use crate::durability::DaemonStore;
 use crate::durability::PersistError;
 use crate::host::HostNetwork;
 
-impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
     /// Makes the pool's /80s exactly those EC2 lists on the primary ENI: a stored prefix EC2
     /// no longer delegates is dropped with its addresses (their pods have lost them, which
     /// is logged), and a delegated one the store lacks is taken in.

@@ -9,13 +9,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use pool::{StateStore, Timestamp};
+use pool::Timestamp;
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use cloud::{Ec2, Imds};
 
 use super::{Daemon, lock};
+use crate::durability::DaemonStore;
 use crate::host::{HostNetwork, IdleVeth};
 
 /// How long a veth must carry no route before it is deleted. An ADD creates the veth before
@@ -82,7 +83,7 @@ impl VethSweep {
     }
 }
 
-impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
     /// One sweep: deletes the veths idle for [`VETH_GRACE`]. True while other veths are idle
     /// but not for long enough yet: the caller sweeps again after the grace.
     pub async fn sweep_veths(&self) -> bool {

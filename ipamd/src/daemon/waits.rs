@@ -10,11 +10,11 @@ use std::time::{Duration, SystemTime};
 use cloud::{Ec2, Imds};
 use cluster::{ApiState, ClusterView, EniConfigKeys};
 use introspect::ClusterStatus;
-use pool::StateStore;
 use tracing::{error, info};
 
 use super::Daemon;
 use super::eni::wall_time;
+use crate::durability::DaemonStore;
 use crate::host::HostNetwork;
 
 /// How long each stage may take before ipamd says, as an error, that it is stuck there. The
@@ -85,7 +85,7 @@ fn api_text(api: &ApiState) -> String {
     }
 }
 
-impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Daemon<E, I, H, S> {
+impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
     /// Notes the stage custom networking is in now: a new stage is logged with its deadline,
     /// and a stage past its deadline is logged as an error once per deadline overrun. Called
     /// on every change of the cluster view and by the controller's rounds.
