@@ -5,6 +5,7 @@ mod support;
 mod cluster;
 mod daemon;
 mod damaged_state;
+mod docs;
 mod enis;
 mod ipv6;
 mod lost_answers;

@@ -53,6 +53,8 @@ impl Drop for ActionGuard {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// The name of every metric of ours and the Go CNI's (not the process collector's).
+    names: Vec<String>,
     /// EC2 calls refused for lack of a permission, by API (for `/v1/ec2-refusals`).
     refusals: Mutex<BTreeMap<String, Ec2Refusal>>,
     /// Serialises scrapes: the pool's label families are reset and refilled before encoding.
@@ -94,8 +96,8 @@ impl Metrics {
     /// Registers every metric; `awscni_build_info{version, goversion}` is 1 with `version` and
     /// [`RUST_VERSION`].
     pub fn new(version: &str) -> Result<Metrics, prometheus::Error> {
-        let r = Registry::new();
-        let m = Metrics {
+        let r = Registering::default();
+        let mut m = Metrics {
             refusals: Mutex::new(BTreeMap::new()),
             ipamd_error: counter_vec(
                 &r,
@@ -279,10 +281,11 @@ impl Metrics {
                 )?,
             )?,
             scrape: Mutex::new(()),
-            registry: r,
+            registry: r.registry.clone(),
+            names: Vec::new(),
         };
         let build_info = gauge_vec(
-            &m.registry,
+            &r,
             "awscni_build_info",
             "A metric with a constant '1' value labeled by version, revision, and goversion from which amazon-vpc-cni-k8s was built.",
             &["version", "goversion"],
@@ -294,11 +297,18 @@ impl Metrics {
         for result in ["success", "error"] {
             m.connmark_reconcile.with_label_values(&[result]);
         }
+        m.names = r.names.into_inner();
         #[cfg(target_os = "linux")]
         m.registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
         Ok(m)
+    }
+
+    /// The name of every `awscni_*` and `vpccni_*` metric, whether it has a sample yet or not
+    /// (the text format leaves out a family without one).
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
     /// Everything registered, in the text format 0.0.4.
@@ -600,21 +610,31 @@ fn count(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// A registry being filled, with the names registered so far.
+#[derive(Default)]
+struct Registering {
+    registry: Registry,
+    names: std::cell::RefCell<Vec<String>>,
+}
+
 /// Registers `metric` with `r` and hands it back: every constructor below is just this.
 fn registered<M: prometheus::core::Collector + Clone + 'static>(
-    r: &Registry,
+    r: &Registering,
     metric: M,
 ) -> prometheus::Result<M> {
-    r.register(Box::new(metric.clone()))?;
+    r.registry.register(Box::new(metric.clone()))?;
+    r.names
+        .borrow_mut()
+        .extend(metric.desc().iter().map(|d| d.fq_name.clone()));
     Ok(metric)
 }
 
-fn counter(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntCounter> {
+fn counter(r: &Registering, name: &str, help: &str) -> prometheus::Result<IntCounter> {
     registered(r, IntCounter::with_opts(Opts::new(name, help))?)
 }
 
 fn counter_vec(
-    r: &Registry,
+    r: &Registering,
     name: &str,
     help: &str,
     labels: &[&str],
@@ -622,12 +642,12 @@ fn counter_vec(
     registered(r, IntCounterVec::new(Opts::new(name, help), labels)?)
 }
 
-fn gauge(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntGauge> {
+fn gauge(r: &Registering, name: &str, help: &str) -> prometheus::Result<IntGauge> {
     registered(r, IntGauge::with_opts(Opts::new(name, help))?)
 }
 
 fn gauge_vec(
-    r: &Registry,
+    r: &Registering,
     name: &str,
     help: &str,
     labels: &[&str],
@@ -636,7 +656,7 @@ fn gauge_vec(
 }
 
 fn histogram_vec(
-    r: &Registry,
+    r: &Registering,
     name: &str,
     help: &str,
     labels: &[&str],
