@@ -1,26 +1,26 @@
-//! The daemon: ipamd serving the plugin on its socket, introspection and metrics over HTTP,
-//! and every background task through [`Daemon::run`], until SIGTERM or SIGINT.
+//! The daemon: ipamd set up from its environment, then serving the plugin on its socket,
+//! introspection and metrics over HTTP, and every background task, all through
+//! [`Daemon::run`], until SIGTERM or SIGINT.
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context;
-use backon::{ExponentialBuilder, Retryable};
 use cloud::aws::{AwsEc2, AwsImds, Ec2Settings};
 use cloud::throttle::{ThrottlePolicy, Throttled};
 use cluster::{ClusterView, KubeCluster};
 use introspect::{Bind, Metrics};
 use ipamd::clock::SystemClock;
 use ipamd::config::{BindAddress, Config, ignored_settings};
-use ipamd::daemon::{Publish, Tasks};
+use ipamd::daemon::{Endpoint, Publish, Tasks};
 use ipamd::host::NetlinkHost;
 use ipamd::surface::{self, DaemonSource, Ec2Metrics};
 use ipamd::{Daemon, Parts, server};
 use pool::Clock;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use super::entrypoint::{self, Install, PendingConflist};
 use super::{configure, node_identity};
@@ -93,42 +93,6 @@ fn bind(address: &BindAddress) -> Bind {
     }
 }
 
-/// Serves `router` on `bind` until shutdown. A listener that fails (the port is taken) is
-/// retried with backoff, as the Go CNI does: the endpoints matter less than the pods.
-fn spawn_http(
-    what: &'static str,
-    bind: Bind,
-    router: axum::Router,
-    stop: watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let listen = || {
-            info!("Serving {what} on {bind}");
-            let mut until = stop.clone();
-            let shutdown = async move {
-                let _ = until.wait_for(|stopped| *stopped).await;
-            };
-            introspect::serve(bind.clone(), router.clone(), shutdown)
-        };
-        let retried = listen
-            .retry(
-                ExponentialBuilder::new()
-                    .with_min_delay(Duration::from_secs(1))
-                    .with_max_delay(Duration::from_secs(60))
-                    .without_max_times(),
-            )
-            .sleep(tokio::time::sleep)
-            .notify(
-                |e, pause| error!(error = %e, "{what} failed; retrying in {}s", pause.as_secs()),
-            );
-        let mut stopped = stop.clone();
-        tokio::select! {
-            _ = retried => {}
-            _ = stopped.wait_for(|stopped| *stopped) => {}
-        }
-    })
-}
-
 async fn serve(
     config: Config,
     started: Instant,
@@ -196,47 +160,38 @@ async fn serve(
         .with_context(|| format!("binding {}", config.socket.display()))?;
     info!("Serving RPC Handler on unix:{}", config.socket.display());
 
-    let (stop, stopped) = watch::channel(false);
+    let mut tasks = Tasks::from_config(&config);
+    tasks.socket = Some((listener, server::Settings::default()));
     let source = Arc::new(DaemonSource(Arc::clone(&daemon)));
-    let mut http = Vec::new();
     if !config.disable_introspection {
-        let router = introspect::introspection_router(
-            Arc::clone(&source) as Arc<dyn introspect::Source>,
-            surface::network_env(&config),
-            surface::ipamd_env(&config),
-        );
-        let bind = bind(&config.introspection_bind);
-        http.push(spawn_http(
-            "introspection endpoints",
-            bind,
-            router,
-            stopped.clone(),
-        ));
+        tasks.http.push(Endpoint {
+            what: "introspection endpoints",
+            bind: bind(&config.introspection_bind),
+            router: introspect::introspection_router(
+                Arc::clone(&source) as Arc<dyn introspect::Source>,
+                surface::network_env(&config),
+                surface::ipamd_env(&config),
+            ),
+        });
     }
     if !config.disable_metrics {
-        let router = introspect::metrics_router(Arc::clone(&metrics), source);
-        let bind = bind(&config.metrics_bind);
-        http.push(spawn_http("metrics", bind, router, stopped.clone()));
+        tasks.http.push(Endpoint {
+            what: "metrics",
+            bind: bind(&config.metrics_bind),
+            router: introspect::metrics_router(Arc::clone(&metrics), source),
+        });
     }
-    if let Some(pending) = &pending {
-        entrypoint::write_conflist(pending).context("installing the conflist")?;
-    }
-    metrics.startup(started.elapsed().as_secs_f64(), true, "");
-
-    // Started once ipamd serves: the startup taint comes off only then.
-    let mut tasks = Tasks::from_config(&config);
+    // The startup taint comes off only once ipamd serves.
     tasks.publish = writer.map(|writer| Publish {
         writer: Arc::new(writer),
         events: events_rx,
         startup_taint_min_ips: config.startup_taint_min_ips,
         max_pods: config.publish_node_max_pods,
     });
-    let running = {
-        let mut stopped = stopped.clone();
-        tokio::spawn(Arc::clone(&daemon).run(tasks, random_fraction, async move {
-            let _ = stopped.wait_for(|stopped| *stopped).await;
-        }))
-    };
+    if let Some(pending) = &pending {
+        entrypoint::write_conflist(pending).context("installing the conflist")?;
+    }
+    metrics.startup(started.elapsed().as_secs_f64(), true, "");
 
     let shutdown = async {
         tokio::select! {
@@ -244,20 +199,9 @@ async fn serve(
             _ = sigint.recv() => info!("Received SIGINT, shutting down"),
         }
     };
-    server::serve(
-        listener,
-        Arc::clone(&daemon),
-        server::Settings::default(),
-        shutdown,
-    )
-    .await;
-    let _ = stop.send(true);
-    for task in http {
-        let _ = task.await;
-    }
-    running
+    Arc::clone(&daemon)
+        .run(tasks, random_fraction, shutdown)
         .await
-        .context("the daemon's tasks")?
         .context("flushing state at shutdown")?;
     if let Err(e) = std::fs::remove_file(&config.socket) {
         warn!(error = %e, "could not remove the socket");

@@ -15,8 +15,7 @@ use tracing::warn;
 
 use super::placement::{NoPlacement, eni_config};
 use super::{Daemon, lock};
-use crate::durability::DaemonStore;
-use crate::durability::PersistError;
+use crate::durability::{DaemonStore, PersistError};
 use crate::host::{HostError, HostNetwork};
 
 /// How long growth pauses after EC2 says the subnet is full (the Go CNI's 120 s).

@@ -9,8 +9,7 @@ use store::{Imported, read_checkpoint};
 use tracing::{info, warn};
 
 use super::{Daemon, StartupError};
-use crate::durability::DaemonStore;
-use crate::durability::PersistError;
+use crate::durability::{DaemonStore, PersistError};
 use crate::host::HostNetwork;
 
 impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {

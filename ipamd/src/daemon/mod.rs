@@ -28,7 +28,7 @@ pub use leaks::{LeakReport, MAX_START_JITTER, MIN_LEAK_AGE};
 pub use overrides::{KEYS as NODE_SETTING_KEYS, PREFIX as NODE_SETTING_PREFIX};
 pub use placement::{NoPlacement, Placement, SUBNET_CLUSTER_TAG_PREFIX, SUBNET_ROLE_TAG};
 pub use recover::{DEAD_POD_GRACE, LostState, RECOVERED_NETWORK};
-pub use run::{Publish, Tasks};
+pub use run::{Endpoint, Publish, Tasks};
 pub use scarcity::CHECK_PERIOD as SCARCITY_CHECK_PERIOD;
 pub use startup::{Parts, STEPS, StartupError, Step, instance_limits, node_net};
 pub use veths::VETH_GRACE;

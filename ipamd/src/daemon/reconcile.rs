@@ -11,8 +11,7 @@ use tracing::{debug, error, info, warn};
 
 use super::eni::{is_ours, sync_eni};
 use super::{Daemon, StartupError};
-use crate::durability::DaemonStore;
-use crate::durability::PersistError;
+use crate::durability::{DaemonStore, PersistError};
 use crate::host::HostNetwork;
 
 impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {

@@ -14,8 +14,7 @@ use pool::{AttachmentKey, EGRESS_V4_RANGE, PodInfo, Timestamp};
 use tracing::{error, info, warn};
 
 use super::Daemon;
-use crate::durability::DaemonStore;
-use crate::durability::PersistError;
+use crate::durability::{DaemonStore, PersistError};
 use crate::host::HostNetwork;
 
 /// How old an assignment without a route must be to count as a dead pod's. A younger one may

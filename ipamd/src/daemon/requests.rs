@@ -10,8 +10,7 @@ use tracing::{debug, info, warn};
 
 use super::Daemon;
 use crate::convert;
-use crate::durability::DaemonStore;
-use crate::durability::PersistError;
+use crate::durability::{DaemonStore, PersistError};
 use crate::host::HostNetwork;
 
 fn internal(e: impl std::fmt::Display) -> DaemonError {

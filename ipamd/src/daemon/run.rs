@@ -1,24 +1,26 @@
-//! The one place that runs the daemon: every background task a node runs, chosen by a plain
-//! [`Tasks`] value. ipamd's `main` and the fleet simulator both go through [`Daemon::run`], so
+//! The one place that runs the daemon: its socket, its HTTP endpoints and every background
+//! task a node runs, chosen by a plain [`Tasks`] value. ipamd's `main` and the fleet simulator both go through [`Daemon::run`], so
 //! the fleet runs exactly what a node runs.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, Retryable};
 use cloud::{Ec2, Imds};
 use cluster::{ClusterEvent, ClusterWrite};
-use tokio::sync::mpsc;
+use introspect::Bind;
+use tokio::net::UnixListener;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
-use tracing::info;
+use tracing::{error, info};
 
 use super::Daemon;
 use super::leaks::MAX_START_JITTER;
 use super::scarcity::CHECK_PERIOD as SCARCITY_CHECK_PERIOD;
 use super::veths::VETH_GRACE;
 use crate::config::Config;
-use crate::durability::DaemonStore;
-use crate::durability::PersistError;
+use crate::durability::{DaemonStore, PersistError};
 use crate::host::HostNetwork;
 use crate::{CONTROLLER_PERIOD, VETH_SWEEP_PERIOD};
 
@@ -31,6 +33,21 @@ pub struct Tasks {
     pub leak_cleanup: Option<Duration>,
     /// What ipamd tells the cluster, when it has a client of the API server.
     pub publish: Option<Publish>,
+    /// The plugin's socket, served until shutdown (the fleet calls the daemon directly).
+    pub socket: Option<(UnixListener, crate::server::Settings)>,
+    /// The HTTP endpoints: introspection and metrics.
+    pub http: Vec<Endpoint>,
+}
+
+/// An HTTP endpoint: `router` on `bind`. A listener that fails (the port is taken) is retried
+/// with backoff, as the Go CNI does: the endpoints matter less than the pods.
+pub struct Endpoint {
+    /// What it serves, for the log.
+    pub what: &'static str,
+    /// Where.
+    pub bind: Bind,
+    /// The routes.
+    pub router: axum::Router,
 }
 
 /// What ipamd tells the cluster: its Events, and on its Node the real pod capacity and the
@@ -54,15 +71,17 @@ impl Tasks {
             leak_cleanup: (!config.disable_leaked_eni_cleanup)
                 .then_some(config.leaked_eni_cleanup_interval),
             publish: None,
+            socket: None,
+            http: Vec::new(),
         }
     }
 }
 
 impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
-    /// Runs the background tasks `tasks` selects until `shutdown` completes, then stops them
-    /// and makes every change durable. `spread` draws from [0, 1) to spread the periodic EC2
-    /// calls of a fleet of nodes started together. Dropping the returned future stops every
-    /// task too.
+    /// Serves and runs the background tasks `tasks` selects until `shutdown` completes, then
+    /// stops them (the endpoints gracefully) and makes every change durable. `spread` draws
+    /// from [0, 1) to spread the periodic EC2 calls of a fleet of nodes started together.
+    /// Dropping the returned future stops every task too.
     pub async fn run(
         self: Arc<Self>,
         tasks: Tasks,
@@ -90,7 +109,19 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
                 set.spawn(crate::publish::record_events(publish.writer, events));
             }
         }
-        shutdown.await;
+        let (stop, stopped) = watch::channel(false);
+        let mut endpoints = JoinSet::new();
+        for endpoint in tasks.http {
+            endpoints.spawn(serve_http(endpoint, stopped.clone()));
+        }
+        match tasks.socket {
+            Some((listener, settings)) => {
+                crate::server::serve(listener, Arc::clone(&self), settings, shutdown).await;
+            }
+            None => shutdown.await,
+        }
+        let _ = stop.send(true);
+        endpoints.join_all().await;
         set.shutdown().await;
         self.flush().await
     }
@@ -163,5 +194,32 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
             }
             tokio::time::sleep(period).await;
         }
+    }
+}
+
+/// Serves `endpoint` until `stop` turns true, retrying a listener that fails.
+async fn serve_http(endpoint: Endpoint, stop: watch::Receiver<bool>) {
+    let Endpoint { what, bind, router } = endpoint;
+    let listen = || {
+        info!("Serving {what} on {bind}");
+        let mut until = stop.clone();
+        let shutdown = async move {
+            let _ = until.wait_for(|stopped| *stopped).await;
+        };
+        introspect::serve(bind.clone(), router.clone(), shutdown)
+    };
+    let retried = listen
+        .retry(
+            ExponentialBuilder::new()
+                .with_min_delay(Duration::from_secs(1))
+                .with_max_delay(Duration::from_secs(60))
+                .without_max_times(),
+        )
+        .sleep(tokio::time::sleep)
+        .notify(|e, pause| error!(error = %e, "{what} failed; retrying in {}s", pause.as_secs()));
+    let mut stopped = stop.clone();
+    tokio::select! {
+        _ = retried => {}
+        _ = stopped.wait_for(|stopped| *stopped) => {}
     }
 }

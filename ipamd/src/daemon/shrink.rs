@@ -9,8 +9,7 @@ use pool::{Action, Mutation, Pool, Removal, Timestamp};
 use tracing::{debug, error, info, warn};
 
 use super::Daemon;
-use crate::durability::DaemonStore;
-use crate::durability::PersistError;
+use crate::durability::{DaemonStore, PersistError};
 use crate::host::HostNetwork;
 
 /// How long a detached ENI may still be in use in EC2 before its deletion is left to the

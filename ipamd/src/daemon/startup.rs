@@ -20,8 +20,7 @@ use super::steer::Steering;
 use super::veths::VethSweep;
 use super::{Daemon, KUBELET_DEFAULT_MAX_PODS, LostState, Node, log_changes};
 use crate::config::Config;
-use crate::durability::DaemonStore;
-use crate::durability::PersistError;
+use crate::durability::{DaemonStore, PersistError};
 use crate::host::{HostError, HostNetwork, NodeNet};
 
 /// A step of the start.

@@ -6,8 +6,7 @@ use cloud::{Ec2, Imds, NetworkInterface};
 use tracing::{error, info, warn};
 
 use super::Daemon;
-use crate::durability::DaemonStore;
-use crate::durability::PersistError;
+use crate::durability::{DaemonStore, PersistError};
 use crate::host::HostNetwork;
 
 impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
