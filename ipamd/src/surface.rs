@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cloud::throttle::CallObserver;
-use cloud::{CloudError, Ec2, Imds};
+use cloud::{Action, CloudError, Ec2, Imds};
 use introspect::{IpamdEnv, Metrics, NetworkUtilsEnv, PoolView, Source};
 use pool::StateStore;
 
@@ -63,18 +63,20 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: StateStore + 'static> Source for Daemon
 pub struct Ec2Metrics(pub Arc<Metrics>);
 
 impl CallObserver for Ec2Metrics {
-    fn observe(&self, api: &str, elapsed: Duration, error: Option<&CloudError>) {
+    fn observe(&self, api: Action, elapsed: Duration, error: Option<&CloudError>) {
         // An error without an AWS code (a transport failure) is labelled by its kind.
         let code = error.map(|e| e.code.clone().unwrap_or_else(|| format!("{:?}", e.kind)));
-        self.0.aws_api(api, elapsed.as_secs_f64(), code.as_deref());
+        self.0
+            .aws_api(api.wire_name(), elapsed.as_secs_f64(), code.as_deref());
     }
 
-    fn backoff(&self, api: &str, error: &CloudError, delay: Duration) {
+    fn backoff(&self, api: Action, error: &CloudError, delay: Duration) {
         let reason = error
             .code
             .clone()
             .unwrap_or_else(|| format!("{:?}", error.kind));
-        self.0.ec2_backoff(api, &reason, delay.as_secs_f64());
+        self.0
+            .ec2_backoff(api.wire_name(), &reason, delay.as_secs_f64());
     }
 }
 
@@ -111,24 +113,22 @@ mod tests {
     fn ec2_calls_reach_the_metrics_with_their_error_codes() {
         let metrics = Arc::new(Metrics::new("test").unwrap());
         let observer = Ec2Metrics(Arc::clone(&metrics));
-        observer.observe("CreateNetworkInterface", Duration::from_millis(20), None);
-        let throttled = CloudError::from_code(
-            "AssignPrivateIpAddresses",
-            "RequestLimitExceeded",
-            "slow down",
+        let (create, assign) = (
+            Action::CreateNetworkInterface,
+            Action::AssignPrivateIpAddresses,
         );
-        observer.observe(
-            "AssignPrivateIpAddresses",
-            Duration::from_millis(5),
-            Some(&throttled),
-        );
+        observer.observe(create, Duration::from_millis(20), None);
+        let throttled = CloudError::from_code(assign, "RequestLimitExceeded", "slow down");
+        observer.observe(assign, Duration::from_millis(5), Some(&throttled));
         let text = metrics.encode();
         assert!(
-            text.contains(r#"awscni_ec2api_req_count{fn="CreateNetworkInterface"} 1"#),
+            text.contains(&format!(r#"awscni_ec2api_req_count{{fn="{create}"}} 1"#)),
             "{text}"
         );
         assert!(
-            text.contains(r#"awscni_aws_api_error_count{api="AssignPrivateIpAddresses",error="RequestLimitExceeded"} 1"#),
+            text.contains(&format!(
+                r#"awscni_aws_api_error_count{{api="{assign}",error="RequestLimitExceeded"}} 1"#
+            )),
             "{text}"
         );
     }
@@ -144,23 +144,18 @@ mod tests {
             code: None,
             message: "connection closed before message completed".into(),
         };
-        observer.backoff(
-            "AssignPrivateIpAddresses",
-            &throttled,
-            Duration::from_millis(250),
-        );
-        observer.backoff(
-            "AssignPrivateIpAddresses",
-            &dropped,
-            Duration::from_millis(500),
-        );
+        let assign = Action::AssignPrivateIpAddresses;
+        observer.backoff(assign, &throttled, Duration::from_millis(250));
+        observer.backoff(assign, &dropped, Duration::from_millis(500));
         let text = metrics.encode();
         for line in [
-            r#"vpccni_ec2_retries_total{api="AssignPrivateIpAddresses",reason="RequestLimitExceeded"} 1"#,
-            r#"vpccni_ec2_retries_total{api="AssignPrivateIpAddresses",reason="Unavailable"} 1"#,
-            r#"vpccni_ec2_backoff_seconds_total{api="AssignPrivateIpAddresses"} 0.75"#,
+            format!(
+                r#"vpccni_ec2_retries_total{{api="{assign}",reason="RequestLimitExceeded"}} 1"#
+            ),
+            format!(r#"vpccni_ec2_retries_total{{api="{assign}",reason="Unavailable"}} 1"#),
+            format!(r#"vpccni_ec2_backoff_seconds_total{{api="{assign}"}} 0.75"#),
         ] {
-            assert!(text.contains(line), "{line} missing:\n{text}");
+            assert!(text.contains(&line), "{line} missing:\n{text}");
         }
     }
 }

@@ -25,7 +25,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::ec2::ACTIONS;
+use cloud::Action;
+
 use crate::rand::Rng;
 
 /// The longest `slow_ms` accepted: longer than any client's timeout is already a hang.
@@ -204,12 +205,12 @@ impl Faults {
                     "an empty list would fault nothing; leave it out (or null) to fault every action",
                 ));
             }
-            if let Some(bad) = actions.iter().find(|a| !ACTIONS.contains(&a.as_str())) {
+            if let Some(bad) = actions.iter().find(|a| Action::from_wire(a).is_none()) {
                 return Err(FaultError::field(
                     "actions",
                     format!(
                         "{bad:?} is not an EC2 action vpc-sim serves; known: {}",
-                        ACTIONS.join(", ")
+                        Action::known()
                     ),
                 ));
             }

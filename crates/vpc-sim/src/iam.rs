@@ -15,7 +15,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::ec2::ACTIONS;
+use cloud::Action;
+
 use crate::rand::Rng;
 
 /// The policy's fields, as named in JSON.
@@ -98,12 +99,12 @@ impl IamPolicy {
 
     /// Checks that every denied action is one vpc-sim serves.
     pub fn validate(&self) -> Result<(), IamError> {
-        match self.deny.iter().find(|a| !ACTIONS.contains(&a.as_str())) {
+        match self.deny.iter().find(|a| Action::from_wire(a).is_none()) {
             Some(bad) => Err(IamError::field(
                 "deny",
                 format!(
                     "{bad:?} is not an EC2 action vpc-sim serves; known: {}",
-                    ACTIONS.join(", ")
+                    Action::known()
                 ),
             )),
             None => Ok(()),
@@ -199,7 +200,10 @@ mod tests {
         for json in ["{}", r#"{"deny": []}"#, r#"{"deny": null}"#] {
             let p = policy(json).unwrap();
             assert_eq!(p, IamPolicy::default(), "{json}");
-            assert!(ACTIONS.iter().all(|a| !p.denies(a)), "{json}");
+            assert!(
+                Action::ALL.iter().all(|a| !p.denies(a.wire_name())),
+                "{json}"
+            );
         }
     }
 

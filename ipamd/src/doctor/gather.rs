@@ -184,7 +184,7 @@ async fn permissions<E: DryRun>(
     id: &NodeIdentity,
     view: Option<&Ec2View>,
     ec2: &E,
-) -> Vec<(&'static str, cloud::Permission)> {
+) -> Vec<(cloud::Action, cloud::Permission)> {
     let eni = id.primary_eni.eni_id.clone();
     let primary = view.and_then(|v| v.enis.iter().find(|e| e.id == eni));
     let attachment = primary
@@ -580,7 +580,7 @@ mod tests {
         } = parse_log(&log, now);
         assert_eq!(
             denials,
-            BTreeMap::from([("AssignPrivateIpAddresses".to_string(), Some(5))])
+            BTreeMap::from([(cloud::Action::AssignPrivateIpAddresses.to_string(), Some(5))])
         );
         assert_eq!(stages.len(), 3, "{stages:?}");
         assert!(stages[2].starts_with("Serving RPC Handler"));

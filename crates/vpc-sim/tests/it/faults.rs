@@ -601,8 +601,8 @@ fn the_binary_takes_a_plan_from_flags_and_refuses_a_bad_one() {
 #[tokio::test]
 async fn every_action_a_plan_may_name_is_served() {
     let h = Harness::basic();
-    for action in vpc_sim::ec2::ACTIONS {
-        let r = call(&h, &[("Action", action)]).await.unwrap();
+    for action in cloud::Action::ALL {
+        let r = call(&h, &[("Action", action.wire_name())]).await.unwrap();
         assert!(!r.body.contains("InvalidAction"), "{action}: {}", r.body);
     }
     let r = call(&h, &[("Action", "RunInstances")]).await.unwrap();
