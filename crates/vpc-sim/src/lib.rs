@@ -18,6 +18,7 @@ pub mod fabric;
 pub mod faults;
 pub mod iam;
 pub mod imds;
+pub mod inproc;
 pub mod launch;
 pub mod model;
 pub mod netns;
