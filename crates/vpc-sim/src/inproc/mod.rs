@@ -16,3 +16,6 @@ pub use account::{Account, Tally};
 pub use ec2::NodeEc2;
 pub use imds::NodeImds;
 pub use options::{Buckets, DESCRIBE_BUCKET, IMDS_LAG, MUTATE_BUCKET, Options, ec2_latency};
+
+#[cfg(test)]
+mod tests;
