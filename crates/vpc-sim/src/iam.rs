@@ -213,10 +213,13 @@ mod tests {
             .unwrap();
         assert_eq!(
             p.deny.iter().collect::<Vec<_>>(),
-            ["AssignPrivateIpAddresses", "CreateTags"]
+            [
+                cloud::Action::AssignPrivateIpAddresses.wire_name(),
+                cloud::Action::CreateTags.wire_name()
+            ]
         );
-        assert!(p.denies("CreateTags"));
-        assert!(!p.denies("DescribeInstances"));
+        assert!(p.denies(cloud::Action::CreateTags.wire_name()));
+        assert!(!p.denies(cloud::Action::DescribeInstances.wire_name()));
         let json = serde_json::to_vec(&p).unwrap();
         assert_eq!(IamPolicy::from_json(&json).unwrap(), p);
     }
@@ -252,21 +255,24 @@ mod tests {
     #[test]
     fn denials_are_counted_by_action_across_policies() {
         let mut iam = Iam::new(Rng::seeded(1));
-        assert!(!iam.check("CreateTags"));
+        assert!(!iam.check(cloud::Action::CreateTags.wire_name()));
         iam.set(policy(r#"{"deny": ["CreateTags", "DeleteTags"]}"#).unwrap())
             .unwrap();
-        assert!(iam.check("CreateTags"));
-        assert!(iam.check("CreateTags"));
-        assert!(iam.check("DeleteTags"));
-        assert!(!iam.check("DescribeInstances"));
+        assert!(iam.check(cloud::Action::CreateTags.wire_name()));
+        assert!(iam.check(cloud::Action::CreateTags.wire_name()));
+        assert!(iam.check(cloud::Action::DeleteTags.wire_name()));
+        assert!(!iam.check(cloud::Action::DescribeInstances.wire_name()));
         iam.set(IamPolicy::default()).unwrap();
-        assert!(!iam.check("CreateTags"));
+        assert!(!iam.check(cloud::Action::CreateTags.wire_name()));
         let r = iam.report();
         assert_eq!(r.policy, IamPolicy::default());
         assert_eq!(r.denied, 3);
         assert_eq!(
             r.by_action,
-            BTreeMap::from([("CreateTags".to_string(), 2), ("DeleteTags".to_string(), 1)])
+            BTreeMap::from([
+                (cloud::Action::CreateTags.wire_name().to_string(), 2),
+                (cloud::Action::DeleteTags.wire_name().to_string(), 1)
+            ])
         );
     }
 
