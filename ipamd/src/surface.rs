@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cloud::throttle::CallObserver;
-use cloud::{CloudError, CloudErrorKind, Ec2, Imds};
+use cloud::{Action, CloudError, CloudErrorKind, Ec2, Imds};
 use introspect::{IpamdEnv, Metrics, NetworkUtilsEnv, PoolView, Source};
 use pool::Clock;
 
@@ -70,25 +70,26 @@ pub struct Ec2Metrics {
 }
 
 impl CallObserver for Ec2Metrics {
-    fn observe(&self, api: &str, elapsed: Duration, error: Option<&CloudError>) {
+    fn observe(&self, api: Action, elapsed: Duration, error: Option<&CloudError>) {
         // An error without an AWS code (a transport failure) is labelled by its kind.
         let code = error.map(|e| e.code.clone().unwrap_or_else(|| format!("{:?}", e.kind)));
         self.metrics
-            .aws_api(api, elapsed.as_secs_f64(), code.as_deref());
+            .aws_api(api.wire_name(), elapsed.as_secs_f64(), code.as_deref());
         if let (Some(e), Some(code)) = (error, &code)
             && e.kind == CloudErrorKind::Unauthorized
         {
             self.metrics
-                .ec2_refused(api, code, &e.message, self.clock.now());
+                .ec2_refused(api.wire_name(), code, &e.message, self.clock.now());
         }
     }
 
-    fn backoff(&self, api: &str, error: &CloudError, delay: Duration) {
+    fn backoff(&self, api: Action, error: &CloudError, delay: Duration) {
         let reason = error
             .code
             .clone()
             .unwrap_or_else(|| format!("{:?}", error.kind));
-        self.metrics.ec2_backoff(api, &reason, delay.as_secs_f64());
+        self.metrics
+            .ec2_backoff(api.wire_name(), &reason, delay.as_secs_f64());
     }
 }
 
@@ -140,24 +141,22 @@ mod tests {
     fn refusals_for_lack_of_a_permission_are_recorded_by_api() {
         let metrics = Arc::new(Metrics::new("test").unwrap());
         let observer = observer(&metrics);
-        let denied = CloudError::from_code(
-            "AssignPrivateIpAddresses",
-            "UnauthorizedOperation",
-            "You are not authorized",
-        );
-        let throttled = CloudError::from_code("DescribeSubnets", "RequestLimitExceeded", "slow");
+        let (assign, describe) = (Action::AssignPrivateIpAddresses, Action::DescribeSubnets);
+        let denied =
+            CloudError::from_code(assign, "UnauthorizedOperation", "You are not authorized");
+        let throttled = CloudError::from_code(describe, "RequestLimitExceeded", "slow");
         for _ in 0..2 {
-            observer.observe("AssignPrivateIpAddresses", Duration::ZERO, Some(&denied));
+            observer.observe(assign, Duration::ZERO, Some(&denied));
         }
-        observer.observe("DescribeSubnets", Duration::ZERO, Some(&throttled));
-        observer.observe("DescribeSubnets", Duration::ZERO, None);
+        observer.observe(describe, Duration::ZERO, Some(&throttled));
+        observer.observe(describe, Duration::ZERO, None);
         let refusals = metrics.ec2_refusals();
         assert_eq!(refusals.len(), 1, "{refusals:?}");
         let r = &refusals[0];
         assert_eq!(
             (r.api.as_str(), r.code.as_str(), r.count, r.last),
             (
-                "AssignPrivateIpAddresses",
+                assign.wire_name(),
                 "UnauthorizedOperation",
                 2,
                 pool::Timestamp(5_000)
@@ -170,24 +169,22 @@ mod tests {
     fn ec2_calls_reach_the_metrics_with_their_error_codes() {
         let metrics = Arc::new(Metrics::new("test").unwrap());
         let observer = observer(&metrics);
-        observer.observe("CreateNetworkInterface", Duration::from_millis(20), None);
-        let throttled = CloudError::from_code(
-            "AssignPrivateIpAddresses",
-            "RequestLimitExceeded",
-            "slow down",
+        let (create, assign) = (
+            Action::CreateNetworkInterface,
+            Action::AssignPrivateIpAddresses,
         );
-        observer.observe(
-            "AssignPrivateIpAddresses",
-            Duration::from_millis(5),
-            Some(&throttled),
-        );
+        observer.observe(create, Duration::from_millis(20), None);
+        let throttled = CloudError::from_code(assign, "RequestLimitExceeded", "slow down");
+        observer.observe(assign, Duration::from_millis(5), Some(&throttled));
         let text = metrics.encode();
         assert!(
-            text.contains(r#"awscni_ec2api_req_count{fn="CreateNetworkInterface"} 1"#),
+            text.contains(&format!(r#"awscni_ec2api_req_count{{fn="{create}"}} 1"#)),
             "{text}"
         );
         assert!(
-            text.contains(r#"awscni_aws_api_error_count{api="AssignPrivateIpAddresses",error="RequestLimitExceeded"} 1"#),
+            text.contains(&format!(
+                r#"awscni_aws_api_error_count{{api="{assign}",error="RequestLimitExceeded"}} 1"#
+            )),
             "{text}"
         );
     }
@@ -203,23 +200,18 @@ mod tests {
             code: None,
             message: "connection closed before message completed".into(),
         };
-        observer.backoff(
-            "AssignPrivateIpAddresses",
-            &throttled,
-            Duration::from_millis(250),
-        );
-        observer.backoff(
-            "AssignPrivateIpAddresses",
-            &dropped,
-            Duration::from_millis(500),
-        );
+        let assign = Action::AssignPrivateIpAddresses;
+        observer.backoff(assign, &throttled, Duration::from_millis(250));
+        observer.backoff(assign, &dropped, Duration::from_millis(500));
         let text = metrics.encode();
         for line in [
-            r#"vpccni_ec2_retries_total{api="AssignPrivateIpAddresses",reason="RequestLimitExceeded"} 1"#,
-            r#"vpccni_ec2_retries_total{api="AssignPrivateIpAddresses",reason="Unavailable"} 1"#,
-            r#"vpccni_ec2_backoff_seconds_total{api="AssignPrivateIpAddresses"} 0.75"#,
+            format!(
+                r#"vpccni_ec2_retries_total{{api="{assign}",reason="RequestLimitExceeded"}} 1"#
+            ),
+            format!(r#"vpccni_ec2_retries_total{{api="{assign}",reason="Unavailable"}} 1"#),
+            format!(r#"vpccni_ec2_backoff_seconds_total{{api="{assign}"}} 0.75"#),
         ] {
-            assert!(text.contains(line), "{line} missing:\n{text}");
+            assert!(text.contains(&line), "{line} missing:\n{text}");
         }
     }
 }

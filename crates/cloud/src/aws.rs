@@ -23,8 +23,8 @@ use aws_sdk_ec2::types::{
 pub use aws_sdk_ec2 as sdk;
 
 use crate::{
-    Attachment, CloudError, CloudErrorKind, CreateEni, Ec2, EniFilter, Imds, InstanceLimits,
-    NetworkInterface, Subnet,
+    Action, Attachment, CloudError, CloudErrorKind, CreateEni, Ec2, EniFilter, Imds,
+    InstanceLimits, NetworkInterface, Subnet,
 };
 use ipnetwork::{Ipv4Network, Ipv6Network};
 
@@ -375,7 +375,7 @@ impl Ec2 for AwsEc2 {
         &self,
         instance_type: &str,
     ) -> Result<InstanceLimits, CloudError> {
-        let api = "DescribeInstanceTypes";
+        let api = Action::DescribeInstanceTypes.wire_name();
         let out = self
             .client
             .describe_instance_types()
@@ -421,7 +421,7 @@ impl Ec2 for AwsEc2 {
         &self,
         ids: &[String],
     ) -> Result<Vec<NetworkInterface>, CloudError> {
-        let api = "DescribeNetworkInterfaces";
+        let api = Action::DescribeNetworkInterfaces.wire_name();
         let out = self
             .client
             .describe_network_interfaces()
@@ -440,7 +440,7 @@ impl Ec2 for AwsEc2 {
         eni_id: &str,
         count: u32,
     ) -> Result<Vec<Ipv4Addr>, CloudError> {
-        let api = "AssignPrivateIpAddresses";
+        let api = Action::AssignPrivateIpAddresses.wire_name();
         let out = self
             .client
             .assign_private_ip_addresses()
@@ -457,7 +457,7 @@ impl Ec2 for AwsEc2 {
     }
 
     async fn unassign_private_ips(&self, eni_id: &str, ips: &[Ipv4Addr]) -> Result<(), CloudError> {
-        let api = "UnassignPrivateIpAddresses";
+        let api = Action::UnassignPrivateIpAddresses.wire_name();
         self.client
             .unassign_private_ip_addresses()
             .network_interface_id(eni_id)
@@ -480,7 +480,7 @@ impl Ec2 for AwsEc2 {
         &self,
         request: &CreateEni,
     ) -> Result<NetworkInterface, CloudError> {
-        let api = "CreateNetworkInterface";
+        let api = Action::CreateNetworkInterface.wire_name();
         let tags = request
             .tags
             .iter()
@@ -522,7 +522,7 @@ impl Ec2 for AwsEc2 {
         instance_id: &str,
         device_index: u32,
     ) -> Result<String, CloudError> {
-        let api = "AttachNetworkInterface";
+        let api = Action::AttachNetworkInterface.wire_name();
         let out = self
             .client
             .attach_network_interface()
@@ -541,7 +541,7 @@ impl Ec2 for AwsEc2 {
         eni_id: &str,
         attachment_id: &str,
     ) -> Result<(), CloudError> {
-        let api = "ModifyNetworkInterfaceAttribute";
+        let api = Action::ModifyNetworkInterfaceAttribute.wire_name();
         self.client
             .modify_network_interface_attribute()
             .network_interface_id(eni_id)
@@ -558,7 +558,7 @@ impl Ec2 for AwsEc2 {
     }
 
     async fn detach_network_interface(&self, attachment_id: &str) -> Result<(), CloudError> {
-        let api = "DetachNetworkInterface";
+        let api = Action::DetachNetworkInterface.wire_name();
         self.client
             .detach_network_interface()
             .attachment_id(attachment_id)
@@ -569,7 +569,7 @@ impl Ec2 for AwsEc2 {
     }
 
     async fn delete_network_interface(&self, eni_id: &str) -> Result<(), CloudError> {
-        let api = "DeleteNetworkInterface";
+        let api = Action::DeleteNetworkInterface.wire_name();
         self.client
             .delete_network_interface()
             .network_interface_id(eni_id)
@@ -584,7 +584,7 @@ impl Ec2 for AwsEc2 {
         eni_id: &str,
         count: u32,
     ) -> Result<Vec<Ipv4Network>, CloudError> {
-        let api = "AssignPrivateIpAddresses";
+        let api = Action::AssignPrivateIpAddresses.wire_name();
         let out = self
             .client
             .assign_private_ip_addresses()
@@ -613,7 +613,7 @@ impl Ec2 for AwsEc2 {
         eni_id: &str,
         prefixes: &[Ipv4Network],
     ) -> Result<(), CloudError> {
-        let api = "UnassignPrivateIpAddresses";
+        let api = Action::UnassignPrivateIpAddresses.wire_name();
         self.client
             .unassign_private_ip_addresses()
             .network_interface_id(eni_id)
@@ -629,7 +629,7 @@ impl Ec2 for AwsEc2 {
         eni_id: &str,
         count: u32,
     ) -> Result<Vec<Ipv6Network>, CloudError> {
-        let api = "AssignIpv6Addresses";
+        let api = Action::AssignIpv6Addresses.wire_name();
         let out = self
             .client
             .assign_ipv6_addresses()
@@ -649,7 +649,7 @@ impl Ec2 for AwsEc2 {
         eni_id: &str,
         prefixes: &[Ipv6Network],
     ) -> Result<(), CloudError> {
-        let api = "UnassignIpv6Addresses";
+        let api = Action::UnassignIpv6Addresses.wire_name();
         self.client
             .unassign_ipv6_addresses()
             .network_interface_id(eni_id)
@@ -664,7 +664,7 @@ impl Ec2 for AwsEc2 {
         &self,
         filters: &[EniFilter],
     ) -> Result<Vec<NetworkInterface>, CloudError> {
-        let api = "DescribeNetworkInterfaces";
+        let api = Action::DescribeNetworkInterfaces.wire_name();
         let filters = &sdk_filters(filters);
         all_pages(api, |token| async move {
             let out = self
@@ -691,7 +691,7 @@ impl Ec2 for AwsEc2 {
         resource_id: &str,
         tags: &BTreeMap<String, String>,
     ) -> Result<(), CloudError> {
-        let api = "CreateTags";
+        let api = Action::CreateTags.wire_name();
         self.client
             .create_tags()
             .resources(resource_id)
@@ -707,7 +707,7 @@ impl Ec2 for AwsEc2 {
     }
 
     async fn describe_subnets(&self, filters: &[EniFilter]) -> Result<Vec<Subnet>, CloudError> {
-        let api = "DescribeSubnets";
+        let api = Action::DescribeSubnets.wire_name();
         let filters = &sdk_filters(filters);
         all_pages(api, |token| async move {
             let out = self
@@ -746,7 +746,11 @@ mod tests {
 
     #[test]
     fn a_complete_answer_converts() {
-        let eni = to_network_interface("DescribeNetworkInterfaces", &complete().build()).unwrap();
+        let eni = to_network_interface(
+            Action::DescribeNetworkInterfaces.wire_name(),
+            &complete().build(),
+        )
+        .unwrap();
         assert_eq!(
             (eni.id.as_str(), eni.mac.as_str(), eni.status.as_str()),
             ("eni-1", "02:aa:00:00:00:01", "in-use")
@@ -756,7 +760,7 @@ mod tests {
 
     #[test]
     fn a_missing_field_is_an_error_naming_it_and_the_call() {
-        let api = "DescribeNetworkInterfaces";
+        let api = Action::DescribeNetworkInterfaces.wire_name();
         let no_id = complete().set_network_interface_id(None).build();
         let e = to_network_interface(api, &no_id).unwrap_err();
         assert_eq!(
@@ -801,7 +805,7 @@ mod tests {
 
     #[test]
     fn a_complete_subnet_converts_and_an_ipv6_only_one_is_left_out() {
-        let api = "DescribeSubnets";
+        let api = Action::DescribeSubnets.wire_name();
         let v6 = SdkSubnet::builder()
             .subnet_id("subnet-6")
             .ipv6_native(true)
@@ -823,7 +827,7 @@ mod tests {
 
     #[test]
     fn a_subnet_missing_a_field_is_an_error_naming_it_and_the_call() {
-        let api = "DescribeSubnets";
+        let api = Action::DescribeSubnets.wire_name();
         let lacks = |s: SdkSubnet| to_subnet(api, &s).unwrap_err().to_string();
         assert_eq!(
             lacks(complete_subnet().set_subnet_id(None).build()),
@@ -853,7 +857,7 @@ mod tests {
     #[test]
     fn an_enis_ipv6_addresses_and_prefixes_convert_and_a_bad_one_is_named() {
         use aws_sdk_ec2::types::{Ipv6PrefixSpecification, NetworkInterfaceIpv6Address};
-        let api = "DescribeNetworkInterfaces";
+        let api = Action::DescribeNetworkInterfaces.wire_name();
         let addr = |a: &str| {
             NetworkInterfaceIpv6Address::builder()
                 .ipv6_address(a)
@@ -894,7 +898,7 @@ mod tests {
     #[test]
     fn a_subnets_associated_ipv6_cidr_is_read_and_others_are_not() {
         use aws_sdk_ec2::types::{SubnetCidrBlockState, SubnetIpv6CidrBlockAssociation};
-        let api = "DescribeSubnets";
+        let api = Action::DescribeSubnets.wire_name();
         let assoc = |cidr: &str, state: SubnetCidrBlockStateCode| {
             SubnetIpv6CidrBlockAssociation::builder()
                 .ipv6_cidr_block(cidr)

@@ -28,7 +28,7 @@ fn doctor_tag() -> Tag {
 
 impl DryRun for AwsEc2 {
     async fn dry_run(&self, call: &DryRunCall) -> Permission {
-        let api = call.action();
+        let api = call.action().wire_name();
         let c = &self.client;
         let outcome = match call {
             DryRunCall::DescribeNetworkInterfaces => {

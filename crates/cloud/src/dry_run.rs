@@ -3,7 +3,7 @@
 
 use std::future::Future;
 
-use crate::{CloudError, CloudErrorKind};
+use crate::{Action, CloudError, CloudErrorKind};
 
 /// One EC2 call ipamd makes, with real resource ids so EC2 checks the permission on them.
 /// The address calls (Assign/UnassignPrivateIpAddresses, Assign/UnassignIpv6Addresses) are
@@ -32,17 +32,17 @@ pub enum DryRunCall {
 
 impl DryRunCall {
     /// The EC2 action, as IAM policies name it after `ec2:`.
-    pub fn action(&self) -> &'static str {
+    pub fn action(&self) -> Action {
         match self {
-            Self::DescribeNetworkInterfaces => "DescribeNetworkInterfaces",
-            Self::DescribeSubnets => "DescribeSubnets",
-            Self::DescribeInstanceTypes(_) => "DescribeInstanceTypes",
-            Self::CreateNetworkInterface(_) => "CreateNetworkInterface",
-            Self::AttachNetworkInterface(..) => "AttachNetworkInterface",
-            Self::DetachNetworkInterface(_) => "DetachNetworkInterface",
-            Self::DeleteNetworkInterface(_) => "DeleteNetworkInterface",
-            Self::ModifyNetworkInterfaceAttribute(..) => "ModifyNetworkInterfaceAttribute",
-            Self::CreateTags(_) => "CreateTags",
+            Self::DescribeNetworkInterfaces => Action::DescribeNetworkInterfaces,
+            Self::DescribeSubnets => Action::DescribeSubnets,
+            Self::DescribeInstanceTypes(_) => Action::DescribeInstanceTypes,
+            Self::CreateNetworkInterface(_) => Action::CreateNetworkInterface,
+            Self::AttachNetworkInterface(..) => Action::AttachNetworkInterface,
+            Self::DetachNetworkInterface(_) => Action::DetachNetworkInterface,
+            Self::DeleteNetworkInterface(_) => Action::DeleteNetworkInterface,
+            Self::ModifyNetworkInterfaceAttribute(..) => Action::ModifyNetworkInterfaceAttribute,
+            Self::CreateTags(_) => Action::CreateTags,
         }
     }
 }

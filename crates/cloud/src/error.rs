@@ -132,13 +132,16 @@ mod tests {
     #[test]
     fn messages_name_the_api_and_code() {
         let e = CloudError::from_code(
-            "AssignPrivateIpAddresses",
+            crate::Action::AssignPrivateIpAddresses,
             "InsufficientFreeAddressesInSubnet",
             "subnet-1 is full",
         );
         assert_eq!(
             e.to_string(),
-            "AssignPrivateIpAddresses: InsufficientFreeAddressesInSubnet: subnet-1 is full"
+            format!(
+                "{}: InsufficientFreeAddressesInSubnet: subnet-1 is full",
+                crate::Action::AssignPrivateIpAddresses
+            )
         );
         let e = CloudError::new(
             "IMDS meta-data/mac",

@@ -239,8 +239,38 @@ pub async fn eni_metadata<I: Imds>(imds: &I, mac: &str) -> Result<EniMetadata, C
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
-    use crate::fake::FakeImds;
+
+    /// IMDS as a map of paths to values: what identity parsing reads.
+    #[derive(Default)]
+    struct FakeImds(HashMap<String, String>);
+
+    impl FakeImds {
+        fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+            FakeImds(
+                pairs
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        }
+
+        fn set(&mut self, path: &str, value: &str) {
+            self.0.insert(path.to_string(), value.to_string());
+        }
+
+        fn remove(&mut self, path: &str) {
+            self.0.remove(path);
+        }
+    }
+
+    impl Imds for FakeImds {
+        async fn get(&self, path: &str) -> Result<Option<String>, CloudError> {
+            Ok(self.0.get(path).cloned())
+        }
+    }
 
     const MAC: &str = "02:aa:bb:cc:dd:ee";
 

@@ -4,6 +4,7 @@
 //! aws-sdk-ec2 and aws-config IMDS clients, which also drive vpc-sim), tests pass the fakes in
 //! `fake` (behind the `fake` feature, so they never reach a production binary).
 
+mod action;
 #[cfg(feature = "aws")]
 pub mod aws;
 #[cfg(feature = "aws")]
@@ -24,6 +25,7 @@ use std::net::Ipv4Addr;
 
 use ipnetwork::{Ipv4Network, Ipv6Network};
 
+pub use action::{Action, UnknownAction};
 pub use dry_run::{DryRun, DryRunCall, Permission};
 pub use error::{CloudError, CloudErrorKind, classify_code};
 pub use identity::{

@@ -21,7 +21,8 @@ use tokio::time::Instant;
 
 use crate::retry::{RetryPolicy, retry};
 use crate::{
-    CloudError, CloudErrorKind, CreateEni, Ec2, EniFilter, InstanceLimits, NetworkInterface, Subnet,
+    Action, CloudError, CloudErrorKind, CreateEni, Ec2, EniFilter, InstanceLimits,
+    NetworkInterface, Subnet,
 };
 
 /// A rate or queue setting that cannot work.
@@ -179,11 +180,11 @@ pub struct ThrottleStats {
 /// Told about every EC2 request [`Throttled`] sends (each retry is a request of its own), for
 /// metrics. Waits for a token are not part of `elapsed`: that is EC2's time alone.
 pub trait CallObserver: Send + Sync {
-    /// `api` (e.g. `AssignPrivateIpAddresses`) took `elapsed` and ended with `error`, if any.
-    fn observe(&self, api: &str, elapsed: Duration, error: Option<&CloudError>);
+    /// `api` took `elapsed` and ended with `error`, if any.
+    fn observe(&self, api: Action, elapsed: Duration, error: Option<&CloudError>);
 
     /// `api` failed with `error` and is retried after `delay`.
-    fn backoff(&self, api: &str, error: &CloudError, delay: Duration) {
+    fn backoff(&self, api: Action, error: &CloudError, delay: Duration) {
         let _ = (api, error, delay);
     }
 }
@@ -196,7 +197,7 @@ pub struct Throttled<E> {
     /// A full bucket of each kind, copied for each API on its first call.
     describe: TokenBucket,
     mutate: TokenBucket,
-    buckets: Mutex<HashMap<&'static str, TokenBucket>>,
+    buckets: Mutex<HashMap<Action, TokenBucket>>,
     origin: Instant,
     stats: ThrottleStats,
     observer: Option<Arc<dyn CallObserver>>,
@@ -241,8 +242,8 @@ impl<E: Ec2> Throttled<E> {
     }
 
     /// Waits for a token of `api`'s bucket, or refuses when its queue is full.
-    async fn token(&self, api: &'static str) -> Result<(), CloudError> {
-        let template = if api.starts_with("Describe") {
+    async fn token(&self, api: Action) -> Result<(), CloudError> {
+        let template = if api.is_describe() {
             &self.describe
         } else {
             &self.mutate
@@ -276,11 +277,7 @@ impl<E: Ec2> Throttled<E> {
     }
 
     /// One request: a token, then the call, reported to the observer.
-    async fn attempt<T, Fut>(
-        &self,
-        api: &'static str,
-        f: &impl Fn() -> Fut,
-    ) -> Result<T, CloudError>
+    async fn attempt<T, Fut>(&self, api: Action, f: &impl Fn() -> Fut) -> Result<T, CloudError>
     where
         Fut: Future<Output = Result<T, CloudError>>,
     {
@@ -291,7 +288,7 @@ impl<E: Ec2> Throttled<E> {
             .buckets
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .get_mut(api)
+            .get_mut(&api)
         {
             match &result {
                 Err(e) if e.kind == CloudErrorKind::Throttled => {
@@ -307,7 +304,7 @@ impl<E: Ec2> Throttled<E> {
         result
     }
 
-    async fn call<T, F, Fut>(&self, api: &'static str, f: F) -> Result<T, CloudError>
+    async fn call<T, F, Fut>(&self, api: Action, f: F) -> Result<T, CloudError>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, CloudError>>,
@@ -331,7 +328,7 @@ impl<E: Ec2> Ec2 for Throttled<E> {
         &self,
         instance_type: &str,
     ) -> Result<InstanceLimits, CloudError> {
-        self.call("DescribeInstanceTypes", || {
+        self.call(Action::DescribeInstanceTypes, || {
             self.inner.describe_instance_type(instance_type)
         })
         .await
@@ -341,7 +338,7 @@ impl<E: Ec2> Ec2 for Throttled<E> {
         &self,
         ids: &[String],
     ) -> Result<Vec<NetworkInterface>, CloudError> {
-        self.call("DescribeNetworkInterfaces", || {
+        self.call(Action::DescribeNetworkInterfaces, || {
             self.inner.describe_network_interfaces(ids)
         })
         .await
@@ -352,14 +349,14 @@ impl<E: Ec2> Ec2 for Throttled<E> {
         eni_id: &str,
         count: u32,
     ) -> Result<Vec<Ipv4Addr>, CloudError> {
-        self.call("AssignPrivateIpAddresses", || {
+        self.call(Action::AssignPrivateIpAddresses, || {
             self.inner.assign_private_ips(eni_id, count)
         })
         .await
     }
 
     async fn unassign_private_ips(&self, eni_id: &str, ips: &[Ipv4Addr]) -> Result<(), CloudError> {
-        self.call("UnassignPrivateIpAddresses", || {
+        self.call(Action::UnassignPrivateIpAddresses, || {
             self.inner.unassign_private_ips(eni_id, ips)
         })
         .await
@@ -369,7 +366,7 @@ impl<E: Ec2> Ec2 for Throttled<E> {
         &self,
         instance_id: &str,
     ) -> Result<Vec<NetworkInterface>, CloudError> {
-        self.call("DescribeNetworkInterfaces", || {
+        self.call(Action::DescribeNetworkInterfaces, || {
             self.inner.describe_instance_enis(instance_id)
         })
         .await
@@ -379,7 +376,7 @@ impl<E: Ec2> Ec2 for Throttled<E> {
         &self,
         request: &CreateEni,
     ) -> Result<NetworkInterface, CloudError> {
-        self.call("CreateNetworkInterface", || {
+        self.call(Action::CreateNetworkInterface, || {
             self.inner.create_network_interface(request)
         })
         .await
@@ -391,7 +388,7 @@ impl<E: Ec2> Ec2 for Throttled<E> {
         instance_id: &str,
         device_index: u32,
     ) -> Result<String, CloudError> {
-        self.call("AttachNetworkInterface", || {
+        self.call(Action::AttachNetworkInterface, || {
             self.inner
                 .attach_network_interface(eni_id, instance_id, device_index)
         })
@@ -403,21 +400,21 @@ impl<E: Ec2> Ec2 for Throttled<E> {
         eni_id: &str,
         attachment_id: &str,
     ) -> Result<(), CloudError> {
-        self.call("ModifyNetworkInterfaceAttribute", || {
+        self.call(Action::ModifyNetworkInterfaceAttribute, || {
             self.inner.set_delete_on_termination(eni_id, attachment_id)
         })
         .await
     }
 
     async fn detach_network_interface(&self, attachment_id: &str) -> Result<(), CloudError> {
-        self.call("DetachNetworkInterface", || {
+        self.call(Action::DetachNetworkInterface, || {
             self.inner.detach_network_interface(attachment_id)
         })
         .await
     }
 
     async fn delete_network_interface(&self, eni_id: &str) -> Result<(), CloudError> {
-        self.call("DeleteNetworkInterface", || {
+        self.call(Action::DeleteNetworkInterface, || {
             self.inner.delete_network_interface(eni_id)
         })
         .await
@@ -428,7 +425,7 @@ impl<E: Ec2> Ec2 for Throttled<E> {
         eni_id: &str,
         count: u32,
     ) -> Result<Vec<Ipv4Network>, CloudError> {
-        self.call("AssignPrivateIpAddresses", || {
+        self.call(Action::AssignPrivateIpAddresses, || {
             self.inner.assign_ipv4_prefixes(eni_id, count)
         })
         .await
@@ -439,7 +436,7 @@ impl<E: Ec2> Ec2 for Throttled<E> {
         eni_id: &str,
         prefixes: &[Ipv4Network],
     ) -> Result<(), CloudError> {
-        self.call("UnassignPrivateIpAddresses", || {
+        self.call(Action::UnassignPrivateIpAddresses, || {
             self.inner.unassign_ipv4_prefixes(eni_id, prefixes)
         })
         .await
@@ -450,7 +447,7 @@ impl<E: Ec2> Ec2 for Throttled<E> {
         eni_id: &str,
         count: u32,
     ) -> Result<Vec<Ipv6Network>, CloudError> {
-        self.call("AssignIpv6Addresses", || {
+        self.call(Action::AssignIpv6Addresses, || {
             self.inner.assign_ipv6_prefixes(eni_id, count)
         })
         .await
@@ -461,7 +458,7 @@ impl<E: Ec2> Ec2 for Throttled<E> {
         eni_id: &str,
         prefixes: &[Ipv6Network],
     ) -> Result<(), CloudError> {
-        self.call("UnassignIpv6Addresses", || {
+        self.call(Action::UnassignIpv6Addresses, || {
             self.inner.unassign_ipv6_prefixes(eni_id, prefixes)
         })
         .await
@@ -471,7 +468,7 @@ impl<E: Ec2> Ec2 for Throttled<E> {
         &self,
         filters: &[EniFilter],
     ) -> Result<Vec<NetworkInterface>, CloudError> {
-        self.call("DescribeNetworkInterfaces", || {
+        self.call(Action::DescribeNetworkInterfaces, || {
             self.inner.find_network_interfaces(filters)
         })
         .await
@@ -482,13 +479,17 @@ impl<E: Ec2> Ec2 for Throttled<E> {
         resource_id: &str,
         tags: &BTreeMap<String, String>,
     ) -> Result<(), CloudError> {
-        self.call("CreateTags", || self.inner.create_tags(resource_id, tags))
-            .await
+        self.call(Action::CreateTags, || {
+            self.inner.create_tags(resource_id, tags)
+        })
+        .await
     }
 
     async fn describe_subnets(&self, filters: &[EniFilter]) -> Result<Vec<Subnet>, CloudError> {
-        self.call("DescribeSubnets", || self.inner.describe_subnets(filters))
-            .await
+        self.call(Action::DescribeSubnets, || {
+            self.inner.describe_subnets(filters)
+        })
+        .await
     }
 }
 
@@ -497,7 +498,132 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::fake::FakeEc2;
+
+    /// EC2 with nothing in it, recording each request's action and failing the next requests
+    /// of an action as scripted: enough to watch the throttle's buckets and retries.
+    #[derive(Default)]
+    struct Empty {
+        calls: Mutex<Vec<Action>>,
+        failures: Mutex<HashMap<Action, Vec<CloudError>>>,
+    }
+
+    impl Empty {
+        fn fail_next(&self, api: Action, errors: Vec<CloudError>) {
+            self.failures
+                .lock()
+                .unwrap()
+                .entry(api)
+                .or_default()
+                .extend(errors);
+        }
+
+        fn calls(&self) -> Vec<Action> {
+            self.calls.lock().unwrap().clone()
+        }
+
+        /// A request of `api`: a scripted failure, else `found` (an empty answer) for a
+        /// listing, or `NotFound` for a call naming something, as nothing exists.
+        fn answer<T>(&self, api: Action, found: Option<T>) -> Result<T, CloudError> {
+            self.calls.lock().unwrap().push(api);
+            if let Some(queue) = self.failures.lock().unwrap().get_mut(&api)
+                && !queue.is_empty()
+            {
+                return Err(queue.remove(0));
+            }
+            found.ok_or_else(|| CloudError::new(api, CloudErrorKind::NotFound, "nothing here"))
+        }
+    }
+
+    impl Ec2 for Empty {
+        async fn describe_instance_type(&self, _: &str) -> Result<InstanceLimits, CloudError> {
+            self.answer(Action::DescribeInstanceTypes, None)
+        }
+        async fn describe_network_interfaces(
+            &self,
+            _: &[String],
+        ) -> Result<Vec<NetworkInterface>, CloudError> {
+            self.answer(Action::DescribeNetworkInterfaces, None)
+        }
+        async fn assign_private_ips(&self, _: &str, _: u32) -> Result<Vec<Ipv4Addr>, CloudError> {
+            self.answer(Action::AssignPrivateIpAddresses, None)
+        }
+        async fn unassign_private_ips(&self, _: &str, _: &[Ipv4Addr]) -> Result<(), CloudError> {
+            self.answer(Action::UnassignPrivateIpAddresses, None)
+        }
+        async fn describe_instance_enis(
+            &self,
+            _: &str,
+        ) -> Result<Vec<NetworkInterface>, CloudError> {
+            self.answer(Action::DescribeNetworkInterfaces, Some(Vec::new()))
+        }
+        async fn create_network_interface(
+            &self,
+            _: &CreateEni,
+        ) -> Result<NetworkInterface, CloudError> {
+            self.answer(Action::CreateNetworkInterface, None)
+        }
+        async fn attach_network_interface(
+            &self,
+            _: &str,
+            _: &str,
+            _: u32,
+        ) -> Result<String, CloudError> {
+            self.answer(Action::AttachNetworkInterface, None)
+        }
+        async fn set_delete_on_termination(&self, _: &str, _: &str) -> Result<(), CloudError> {
+            self.answer(Action::ModifyNetworkInterfaceAttribute, None)
+        }
+        async fn detach_network_interface(&self, _: &str) -> Result<(), CloudError> {
+            self.answer(Action::DetachNetworkInterface, None)
+        }
+        async fn delete_network_interface(&self, _: &str) -> Result<(), CloudError> {
+            self.answer(Action::DeleteNetworkInterface, None)
+        }
+        async fn assign_ipv4_prefixes(
+            &self,
+            _: &str,
+            _: u32,
+        ) -> Result<Vec<Ipv4Network>, CloudError> {
+            self.answer(Action::AssignPrivateIpAddresses, None)
+        }
+        async fn unassign_ipv4_prefixes(
+            &self,
+            _: &str,
+            _: &[Ipv4Network],
+        ) -> Result<(), CloudError> {
+            self.answer(Action::UnassignPrivateIpAddresses, None)
+        }
+        async fn assign_ipv6_prefixes(
+            &self,
+            _: &str,
+            _: u32,
+        ) -> Result<Vec<Ipv6Network>, CloudError> {
+            self.answer(Action::AssignIpv6Addresses, None)
+        }
+        async fn unassign_ipv6_prefixes(
+            &self,
+            _: &str,
+            _: &[Ipv6Network],
+        ) -> Result<(), CloudError> {
+            self.answer(Action::UnassignIpv6Addresses, None)
+        }
+        async fn find_network_interfaces(
+            &self,
+            _: &[EniFilter],
+        ) -> Result<Vec<NetworkInterface>, CloudError> {
+            self.answer(Action::DescribeNetworkInterfaces, Some(Vec::new()))
+        }
+        async fn create_tags(
+            &self,
+            _: &str,
+            _: &BTreeMap<String, String>,
+        ) -> Result<(), CloudError> {
+            self.answer(Action::CreateTags, None)
+        }
+        async fn describe_subnets(&self, _: &[EniFilter]) -> Result<Vec<Subnet>, CloudError> {
+            self.answer(Action::DescribeSubnets, Some(Vec::new()))
+        }
+    }
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -569,7 +695,7 @@ mod tests {
             TokenBucket::new("b", 0, 1.0, 8).unwrap_err(),
             ThrottleConfigError::Burst { what: "b" }
         );
-        let bad = |policy| Throttled::new(FakeEc2::default(), policy).err();
+        let bad = |policy| Throttled::new(Empty::default(), policy).err();
         let zero_rate = ThrottlePolicy {
             mutate: (10, 0.0),
             ..ThrottlePolicy::default()
@@ -602,19 +728,19 @@ mod tests {
         }
     }
 
-    fn throttled_ec2(fake: &Arc<FakeEc2>, policy: ThrottlePolicy) -> Throttled<Arc<FakeEc2>> {
+    fn throttled_ec2(fake: &Arc<Empty>, policy: ThrottlePolicy) -> Throttled<Arc<Empty>> {
         Throttled::new(Arc::clone(fake), policy).unwrap()
     }
 
-    fn throttled(api: &str) -> CloudError {
+    fn throttled(api: impl Into<String>) -> CloudError {
         CloudError::from_code(api, "RequestLimitExceeded", "Request limit exceeded.")
     }
 
     #[tokio::test(start_paused = true)]
     async fn throttled_calls_are_retried_and_counted() {
-        let fake = Arc::new(FakeEc2::default());
+        let fake = Arc::new(Empty::default());
         fake.fail_next(
-            "DescribeNetworkInterfaces",
+            Action::DescribeNetworkInterfaces,
             vec![throttled("D"), throttled("D")],
         );
         let ec2 = throttled_ec2(&fake, quick());
@@ -625,27 +751,30 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn describe_subnets_is_throttled_and_retried_as_its_own_api() {
-        let fake = Arc::new(FakeEc2::default());
-        fake.fail_next("DescribeSubnets", vec![throttled("DescribeSubnets")]);
+        let fake = Arc::new(Empty::default());
+        fake.fail_next(
+            Action::DescribeSubnets,
+            vec![throttled(Action::DescribeSubnets)],
+        );
         let ec2 = throttled_ec2(&fake, quick());
         assert!(ec2.describe_subnets(&[]).await.unwrap().is_empty());
         assert_eq!(ec2.stats().retries.load(Ordering::Relaxed), 1);
         assert_eq!(
             fake.calls(),
-            ["DescribeSubnets(0 filters)", "DescribeSubnets(0 filters)"]
+            [Action::DescribeSubnets, Action::DescribeSubnets]
         );
     }
 
     #[tokio::test(start_paused = true)]
     async fn ipv6_prefix_calls_are_throttled_and_retried_as_their_own_apis() {
-        let fake = Arc::new(FakeEc2::default());
+        let fake = Arc::new(Empty::default());
         fake.fail_next(
-            "AssignIpv6Addresses",
-            vec![throttled("AssignIpv6Addresses")],
+            Action::AssignIpv6Addresses,
+            vec![throttled(Action::AssignIpv6Addresses)],
         );
         fake.fail_next(
-            "UnassignIpv6Addresses",
-            vec![throttled("UnassignIpv6Addresses")],
+            Action::UnassignIpv6Addresses,
+            vec![throttled(Action::UnassignIpv6Addresses)],
         );
         let recorder = Arc::new(Recorder::default());
         let ec2 = throttled_ec2(&fake, quick())
@@ -659,20 +788,14 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.kind, CloudErrorKind::NotFound, "{e}");
         assert_eq!(ec2.stats().retries.load(Ordering::Relaxed), 2);
-        let apis: Vec<String> = recorder
-            .0
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(a, _)| a.clone())
-            .collect();
+        let apis: Vec<Action> = recorder.0.lock().unwrap().iter().map(|(a, _)| *a).collect();
         assert_eq!(
             apis,
             [
-                "AssignIpv6Addresses",
-                "AssignIpv6Addresses",
-                "UnassignIpv6Addresses",
-                "UnassignIpv6Addresses"
+                Action::AssignIpv6Addresses,
+                Action::AssignIpv6Addresses,
+                Action::UnassignIpv6Addresses,
+                Action::UnassignIpv6Addresses
             ]
         );
         assert_eq!(
@@ -683,19 +806,19 @@ mod tests {
     }
 
     #[derive(Default)]
-    struct Recorder(Mutex<Vec<(String, Option<String>)>>);
+    struct Recorder(Mutex<Vec<(Action, Option<String>)>>);
 
     impl CallObserver for Recorder {
-        fn observe(&self, api: &str, _elapsed: Duration, error: Option<&CloudError>) {
+        fn observe(&self, api: Action, _elapsed: Duration, error: Option<&CloudError>) {
             let code = error.and_then(|e| e.code.clone());
-            self.0.lock().unwrap().push((api.to_string(), code));
+            self.0.lock().unwrap().push((api, code));
         }
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_observer_sees_every_request_including_retries() {
-        let fake = Arc::new(FakeEc2::default());
-        fake.fail_next("DescribeNetworkInterfaces", vec![throttled("D")]);
+        let fake = Arc::new(Empty::default());
+        fake.fail_next(Action::DescribeNetworkInterfaces, vec![throttled("D")]);
         let recorder = Arc::new(Recorder::default());
         let ec2 = throttled_ec2(&fake, quick())
             .with_observer(Arc::clone(&recorder) as Arc<dyn CallObserver>);
@@ -705,19 +828,19 @@ mod tests {
             seen,
             vec![
                 (
-                    "DescribeNetworkInterfaces".to_string(),
+                    Action::DescribeNetworkInterfaces,
                     Some("RequestLimitExceeded".to_string())
                 ),
-                ("DescribeNetworkInterfaces".to_string(), None),
+                (Action::DescribeNetworkInterfaces, None),
             ]
         );
     }
 
     #[tokio::test(start_paused = true)]
     async fn retries_are_bounded_and_other_errors_are_not_retried() {
-        let fake = Arc::new(FakeEc2::default());
+        let fake = Arc::new(Empty::default());
         fake.fail_next(
-            "DescribeNetworkInterfaces",
+            Action::DescribeNetworkInterfaces,
             (0..10).map(|_| throttled("D")).collect(),
         );
         let ec2 = throttled_ec2(&fake, quick());
@@ -731,21 +854,18 @@ mod tests {
     }
 
     #[derive(Default)]
-    struct Backoffs(Mutex<Vec<(String, CloudErrorKind, Duration)>>);
+    struct Backoffs(Mutex<Vec<(Action, CloudErrorKind, Duration)>>);
 
     impl CallObserver for Backoffs {
-        fn observe(&self, _: &str, _: Duration, _: Option<&CloudError>) {}
-        fn backoff(&self, api: &str, error: &CloudError, delay: Duration) {
-            self.0
-                .lock()
-                .unwrap()
-                .push((api.to_string(), error.kind, delay));
+        fn observe(&self, _: Action, _: Duration, _: Option<&CloudError>) {}
+        fn backoff(&self, api: Action, error: &CloudError, delay: Duration) {
+            self.0.lock().unwrap().push((api, error.kind, delay));
         }
     }
 
     #[tokio::test(start_paused = true)]
     async fn transient_failures_are_retried_with_each_backoff_reported() {
-        let fake = Arc::new(FakeEc2::default());
+        let fake = Arc::new(Empty::default());
         let unavailable = CloudError {
             api: "A".into(),
             kind: CloudErrorKind::Unavailable,
@@ -753,7 +873,7 @@ mod tests {
             message: "An internal error has occurred.".into(),
         };
         fake.fail_next(
-            "AssignPrivateIpAddresses",
+            Action::AssignPrivateIpAddresses,
             vec![unavailable, throttled("A")],
         );
         let seen = Arc::new(Backoffs::default());
@@ -764,12 +884,15 @@ mod tests {
         let err = ec2.assign_private_ips("eni-x", 1).await.unwrap_err();
         assert_ne!(err.kind, CloudErrorKind::Unavailable, "{err}");
         let seen = seen.0.lock().unwrap().clone();
-        let kinds: Vec<_> = seen.iter().map(|(api, k, _)| (api.as_str(), *k)).collect();
+        let kinds: Vec<_> = seen.iter().map(|(api, k, _)| (*api, *k)).collect();
         assert_eq!(
             kinds,
             vec![
-                ("AssignPrivateIpAddresses", CloudErrorKind::Unavailable),
-                ("AssignPrivateIpAddresses", CloudErrorKind::Throttled),
+                (
+                    Action::AssignPrivateIpAddresses,
+                    CloudErrorKind::Unavailable
+                ),
+                (Action::AssignPrivateIpAddresses, CloudErrorKind::Throttled),
             ]
         );
         // Within the policy's jittered range: 1 to 2 ms, then 2 to 4 ms.
@@ -780,7 +903,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_burst_beyond_the_bucket_waits() {
-        let fake = Arc::new(FakeEc2::default());
+        let fake = Arc::new(Empty::default());
         let policy = ThrottlePolicy {
             describe: (2, 50.0),
             ..quick()
@@ -794,7 +917,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn calls_beyond_the_queue_are_refused_not_sent() {
-        let fake = Arc::new(FakeEc2::default());
+        let fake = Arc::new(Empty::default());
         let policy = ThrottlePolicy {
             describe: (1, 1.0),
             max_queue: 1,

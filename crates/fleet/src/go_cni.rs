@@ -21,8 +21,8 @@ use pool::{AttachmentKey, EniInfo, PodInfo, Pool, Removal, Targets, Timestamp};
 use tokio::task::JoinHandle;
 use vpc_sim::rand::Rng;
 
-use crate::account::{Account, NodeEc2, NodeImds};
 use crate::node::{AddOutcome, Cni};
+use vpc_sim::inproc::{Account, NodeEc2, NodeImds};
 
 /// `IP_COOLDOWN_PERIOD`'s default.
 const COOLDOWN: Duration = Duration::from_secs(30);

@@ -3,7 +3,6 @@
 //! documented algorithm, node for node, pod for pod, with the same launches. EC2 is vpc-sim's
 //! model behind EC2's account-wide request buckets, with latencies, and IMDS a little behind.
 
-pub mod account;
 pub mod go_cni;
 pub mod host;
 pub mod node;

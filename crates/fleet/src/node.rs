@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::account::Account;
+use vpc_sim::inproc::Account;
 
 /// From binding to the sandbox's ADD: the kubelet sees the pod, pulls nothing (the image is
 /// there) and starts the sandbox.

@@ -20,9 +20,9 @@ use pool::{Clock, MemoryStore, Timestamp};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::account::{Account, NodeEc2, NodeImds};
 use crate::host::SimHost;
 use crate::node::{AddOutcome, Cni};
+use vpc_sim::inproc::{Account, NodeEc2, NodeImds};
 
 type SimDaemon = Daemon<Throttled<NodeEc2>, NodeImds, SimHost, MemoryStore>;
 

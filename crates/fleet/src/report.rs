@@ -104,7 +104,12 @@ impl Side {
             address_p99_ms: percentile(&waits, 0.99),
             idle_addresses: run.idle,
             nodes_down: run.nodes_down,
-            calls_by_api: run.tally.calls.clone(),
+            calls_by_api: run
+                .tally
+                .calls
+                .iter()
+                .map(|(action, n)| (action.to_string(), *n))
+                .collect(),
             bound_at_s: run.pods.iter().map(|p| p.bound_at.as_secs_f64()).collect(),
             placed_at_s: run
                 .pods

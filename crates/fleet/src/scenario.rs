@@ -13,10 +13,10 @@ use tokio::time::Instant;
 use vpc_sim::model::{CreateEni, Model, SubnetSpec, Topology};
 use vpc_sim::rand::Rng;
 
-use crate::account::{Account, Tally};
 use crate::go_cni::GoCni;
 use crate::node::{Cni, PodRecord, Records, run_pod};
 use crate::ours::Ours;
+use vpc_sim::inproc::{Account, Options, Tally};
 
 /// Which scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -199,7 +199,10 @@ struct Plan {
 /// Runs `scenario` with `algorithm`; `seed` makes the run repeatable (the same seed gives
 /// both algorithms the same launches and pods). Must run on a paused clock.
 pub async fn run(scenario: &Scenario, algorithm: &Algorithm, seed: u64) -> anyhow::Result<Run> {
-    let account = Account::new(scenario.model(seed).context("building the VPC")?);
+    let account = Account::new(
+        scenario.model(seed).context("building the VPC")?,
+        Options::ec2_like(),
+    );
     if let Some((from, until)) = scenario.storm {
         account.storm(from, until);
     }

@@ -579,7 +579,7 @@ mod tests {
             "--fault-actions",
             "AssignPrivateIpAddresses,CreateNetworkInterface",
             "--fault-actions",
-            "CreateTags",
+            cloud::Action::CreateTags.wire_name(),
             "--fault-seed",
             "9",
         ])
@@ -593,9 +593,9 @@ mod tests {
         assert_eq!(
             p.actions.unwrap(),
             [
-                "AssignPrivateIpAddresses",
-                "CreateNetworkInterface",
-                "CreateTags"
+                cloud::Action::AssignPrivateIpAddresses.wire_name(),
+                cloud::Action::CreateNetworkInterface.wire_name(),
+                cloud::Action::CreateTags.wire_name()
             ]
         );
         for (args, needle) in [

@@ -25,7 +25,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::ec2::ACTIONS;
+use cloud::Action;
+
 use crate::rand::Rng;
 
 /// The longest `slow_ms` accepted: longer than any client's timeout is already a hang.
@@ -204,12 +205,12 @@ impl Faults {
                     "an empty list would fault nothing; leave it out (or null) to fault every action",
                 ));
             }
-            if let Some(bad) = actions.iter().find(|a| !ACTIONS.contains(&a.as_str())) {
+            if let Some(bad) = actions.iter().find(|a| Action::from_wire(a).is_none()) {
                 return Err(FaultError::field(
                     "actions",
                     format!(
                         "{bad:?} is not an EC2 action vpc-sim serves; known: {}",
-                        ACTIONS.join(", ")
+                        Action::known()
                     ),
                 ));
             }
@@ -448,7 +449,10 @@ mod tests {
             assert!(!p.is_active(), "{json}");
         }
         let mut i = Injector::new(Rng::seeded(1));
-        assert_eq!(i.decide("DescribeInstances"), Decision::NONE);
+        assert_eq!(
+            i.decide(cloud::Action::DescribeInstances.wire_name()),
+            Decision::NONE
+        );
         assert_eq!(i.report().injected, FaultCounts::default());
     }
 
@@ -500,21 +504,29 @@ mod tests {
     fn outcomes_follow_the_bands() {
         let mut i = Injector::new(Rng::seeded(0));
         i.set(plan(r#"{"throttle_pct": 100}"#).unwrap()).unwrap();
-        assert_eq!(i.decide("CreateTags").outcome, Outcome::Throttle);
+        assert_eq!(
+            i.decide(cloud::Action::CreateTags.wire_name()).outcome,
+            Outcome::Throttle
+        );
         i.set(plan(r#"{"drop_pct": 100, "slow_pct": 100, "slow_ms": 7}"#).unwrap())
             .unwrap();
         assert_eq!(
-            i.decide("CreateTags"),
+            i.decide(cloud::Action::CreateTags.wire_name()),
             Decision {
                 slow_ms: 7,
                 outcome: Outcome::Drop
             }
         );
         i.set(plan(r#"{"drop_after_pct": 100}"#).unwrap()).unwrap();
-        assert_eq!(i.decide("CreateTags").outcome, Outcome::DropAfter);
+        assert_eq!(
+            i.decide(cloud::Action::CreateTags.wire_name()).outcome,
+            Outcome::DropAfter
+        );
         i.set(plan(r#"{"server_error_pct": 100}"#).unwrap())
             .unwrap();
-        let kinds: Vec<Outcome> = (0..40).map(|_| i.decide("CreateTags").outcome).collect();
+        let kinds: Vec<Outcome> = (0..40)
+            .map(|_| i.decide(cloud::Action::CreateTags.wire_name()).outcome)
+            .collect();
         for k in [ServerError::Internal, ServerError::Unavailable] {
             assert!(
                 kinds.contains(&Outcome::ServerError(k)),
@@ -532,7 +544,10 @@ mod tests {
             (43, 1, 1, 1)
         );
         assert_eq!((r.injected.drop_after, r.injected.server_error), (1, 40));
-        assert_eq!(r.by_action["CreateTags"], r.injected);
+        assert_eq!(
+            r.by_action[cloud::Action::CreateTags.wire_name()],
+            r.injected
+        );
     }
 
     #[test]
@@ -545,13 +560,19 @@ mod tests {
         let mut seq_a = Vec::new();
         let mut seq_b = Vec::new();
         for _ in 0..50 {
-            assert_eq!(a.decide("DescribeInstances"), Decision::NONE);
-            seq_a.push(a.decide("AssignPrivateIpAddresses"));
-            seq_b.push(b.decide("AssignPrivateIpAddresses"));
+            assert_eq!(
+                a.decide(cloud::Action::DescribeInstances.wire_name()),
+                Decision::NONE
+            );
+            seq_a.push(a.decide(cloud::Action::AssignPrivateIpAddresses.wire_name()));
+            seq_b.push(b.decide(cloud::Action::AssignPrivateIpAddresses.wire_name()));
         }
         assert_eq!(seq_a, seq_b);
         let r = a.report();
-        assert!(!r.by_action.contains_key("DescribeInstances"));
+        assert!(
+            !r.by_action
+                .contains_key(cloud::Action::DescribeInstances.wire_name())
+        );
         assert_eq!(r.injected.eligible, 50);
     }
 
@@ -561,7 +582,9 @@ mod tests {
         let run = |rng| {
             let mut i = Injector::new(rng);
             i.set(p.clone()).unwrap();
-            (0..200).map(|_| i.decide("CreateTags")).collect::<Vec<_>>()
+            (0..200)
+                .map(|_| i.decide(cloud::Action::CreateTags.wire_name()))
+                .collect::<Vec<_>>()
         };
         assert_eq!(run(Rng::seeded(1)), run(Rng::seeded(2)));
     }

@@ -15,7 +15,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::ec2::ACTIONS;
+use cloud::Action;
+
 use crate::rand::Rng;
 
 /// The policy's fields, as named in JSON.
@@ -98,12 +99,12 @@ impl IamPolicy {
 
     /// Checks that every denied action is one vpc-sim serves.
     pub fn validate(&self) -> Result<(), IamError> {
-        match self.deny.iter().find(|a| !ACTIONS.contains(&a.as_str())) {
+        match self.deny.iter().find(|a| Action::from_wire(a).is_none()) {
             Some(bad) => Err(IamError::field(
                 "deny",
                 format!(
                     "{bad:?} is not an EC2 action vpc-sim serves; known: {}",
-                    ACTIONS.join(", ")
+                    Action::known()
                 ),
             )),
             None => Ok(()),
@@ -199,7 +200,10 @@ mod tests {
         for json in ["{}", r#"{"deny": []}"#, r#"{"deny": null}"#] {
             let p = policy(json).unwrap();
             assert_eq!(p, IamPolicy::default(), "{json}");
-            assert!(ACTIONS.iter().all(|a| !p.denies(a)), "{json}");
+            assert!(
+                Action::ALL.iter().all(|a| !p.denies(a.wire_name())),
+                "{json}"
+            );
         }
     }
 
@@ -209,10 +213,13 @@ mod tests {
             .unwrap();
         assert_eq!(
             p.deny.iter().collect::<Vec<_>>(),
-            ["AssignPrivateIpAddresses", "CreateTags"]
+            [
+                cloud::Action::AssignPrivateIpAddresses.wire_name(),
+                cloud::Action::CreateTags.wire_name()
+            ]
         );
-        assert!(p.denies("CreateTags"));
-        assert!(!p.denies("DescribeInstances"));
+        assert!(p.denies(cloud::Action::CreateTags.wire_name()));
+        assert!(!p.denies(cloud::Action::DescribeInstances.wire_name()));
         let json = serde_json::to_vec(&p).unwrap();
         assert_eq!(IamPolicy::from_json(&json).unwrap(), p);
     }
@@ -248,21 +255,24 @@ mod tests {
     #[test]
     fn denials_are_counted_by_action_across_policies() {
         let mut iam = Iam::new(Rng::seeded(1));
-        assert!(!iam.check("CreateTags"));
+        assert!(!iam.check(cloud::Action::CreateTags.wire_name()));
         iam.set(policy(r#"{"deny": ["CreateTags", "DeleteTags"]}"#).unwrap())
             .unwrap();
-        assert!(iam.check("CreateTags"));
-        assert!(iam.check("CreateTags"));
-        assert!(iam.check("DeleteTags"));
-        assert!(!iam.check("DescribeInstances"));
+        assert!(iam.check(cloud::Action::CreateTags.wire_name()));
+        assert!(iam.check(cloud::Action::CreateTags.wire_name()));
+        assert!(iam.check(cloud::Action::DeleteTags.wire_name()));
+        assert!(!iam.check(cloud::Action::DescribeInstances.wire_name()));
         iam.set(IamPolicy::default()).unwrap();
-        assert!(!iam.check("CreateTags"));
+        assert!(!iam.check(cloud::Action::CreateTags.wire_name()));
         let r = iam.report();
         assert_eq!(r.policy, IamPolicy::default());
         assert_eq!(r.denied, 3);
         assert_eq!(
             r.by_action,
-            BTreeMap::from([("CreateTags".to_string(), 2), ("DeleteTags".to_string(), 1)])
+            BTreeMap::from([
+                (cloud::Action::CreateTags.wire_name().to_string(), 2),
+                (cloud::Action::DeleteTags.wire_name().to_string(), 1)
+            ])
         );
     }
 

@@ -10,6 +10,9 @@
 //! Two more runtime controls on the EC2 endpoint make a node look misconfigured: [`iam`]
 //! (`PUT /_sim/iam`) denies chosen EC2 actions with `UnauthorizedOperation`, and
 //! [`imds::freeze`] (`PUT /_sim/imds`) keeps every instance's IMDS as it was while EC2 moves on.
+//!
+//! [`inproc`] is the same model, fault plan and IAM policy in process, without HTTP: the EC2
+//! and IMDS the fleet (with EC2's latencies and request buckets) and daemon tests call.
 
 pub mod clock;
 pub mod config;
@@ -18,6 +21,7 @@ pub mod fabric;
 pub mod faults;
 pub mod iam;
 pub mod imds;
+pub mod inproc;
 pub mod launch;
 pub mod model;
 pub mod netns;

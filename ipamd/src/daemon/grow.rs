@@ -313,7 +313,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
             .find(|d| !used.contains(d))
             .ok_or_else(|| {
                 CloudError::new(
-                    "AttachNetworkInterface",
+                    cloud::Action::AttachNetworkInterface,
                     CloudErrorKind::LimitExceeded,
                     format!(
                         "every device index below {} is in use",

@@ -343,7 +343,7 @@ mod tests {
     use super::*;
 
     fn ec2_error(code: &str) -> CloudError {
-        CloudError::from_code("CreateNetworkInterface", code, "no")
+        CloudError::from_code(cloud::Action::CreateNetworkInterface, code, "no")
     }
 
     #[test]

@@ -6,7 +6,9 @@ use std::fmt;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use cloud::{EniMetadata, InstanceLimits, NetworkInterface, NodeIdentity, Permission, Subnet};
+use cloud::{
+    Action, EniMetadata, InstanceLimits, NetworkInterface, NodeIdentity, Permission, Subnet,
+};
 use introspect::json::{Ec2RefusalEntry, EniInfos, PodEntry, PoolStatus};
 use ipam_proto::StatusReply;
 use ipnetwork::IpNetwork;
@@ -181,7 +183,7 @@ pub struct Facts {
     /// What EC2 says.
     pub ec2: Result<Ec2View, String>,
     /// Each permission probed with DryRun.
-    pub permissions: Vec<(&'static str, Permission)>,
+    pub permissions: Vec<(Action, Permission)>,
     /// ipamd.
     pub ipamd: Ipamd,
     /// The kernel.

@@ -185,7 +185,7 @@ async fn permissions<E: DryRun>(
     id: &NodeIdentity,
     view: Option<&Ec2View>,
     ec2: &E,
-) -> Vec<(&'static str, cloud::Permission)> {
+) -> Vec<(cloud::Action, cloud::Permission)> {
     let eni = id.primary_eni.eni_id.clone();
     let primary = view.and_then(|v| v.enis.iter().find(|e| e.id == eni));
     let attachment = primary

@@ -204,9 +204,9 @@ async fn subnet_exhaustion_is_named_and_pauses_growth() {
     let dir = tempfile::tempdir().unwrap();
     let ec2 = ec2(6, "10.0.0.0/24");
     ec2.fail_next(
-        "AssignPrivateIpAddresses",
+        cloud::Action::AssignPrivateIpAddresses.wire_name(),
         vec![CloudError::from_code(
-            "AssignPrivateIpAddresses",
+            cloud::Action::AssignPrivateIpAddresses.wire_name(),
             "InsufficientFreeAddressesInSubnet",
             "The specified subnet subnet-1 does not have enough free addresses",
         )],
@@ -231,7 +231,7 @@ async fn subnet_exhaustion_is_named_and_pauses_growth() {
     let assigns = ec2
         .calls()
         .iter()
-        .filter(|c| c.starts_with("AssignPrivateIpAddresses"))
+        .filter(|c| c.starts_with(cloud::Action::AssignPrivateIpAddresses.wire_name()))
         .count();
     assert_eq!(assigns, 1);
 }

@@ -180,9 +180,9 @@ async fn an_eni_that_cannot_be_attached_is_deleted_and_the_reason_kept() {
     let ec2 = ec2(6, "10.0.0.0/24");
     let d = start(dir.path(), &ec2, &ManualClock::at(0)).await;
     ec2.fail_next(
-        "AttachNetworkInterface",
+        cloud::Action::AttachNetworkInterface.wire_name(),
         vec![CloudError::from_code(
-            "AttachNetworkInterface",
+            cloud::Action::AttachNetworkInterface.wire_name(),
             "AttachmentLimitExceeded",
             "Interface count 4 exceeds the limit for t3.medium",
         )],
@@ -198,16 +198,16 @@ async fn an_eni_that_cannot_be_attached_is_deleted_and_the_reason_kept() {
     assert!(
         ec2.calls()
             .iter()
-            .any(|c| c.starts_with("DeleteNetworkInterface"))
+            .any(|c| c.starts_with(cloud::Action::DeleteNetworkInterface.wire_name()))
     );
     // Exhaust the primary: the ADD's error carries the last failure.
     for n in 2..=5 {
         allocate(&d, n).await;
     }
     ec2.fail_next(
-        "AttachNetworkInterface",
+        cloud::Action::AttachNetworkInterface.wire_name(),
         vec![CloudError::from_code(
-            "AttachNetworkInterface",
+            cloud::Action::AttachNetworkInterface.wire_name(),
             "AttachmentLimitExceeded",
             "limit",
         )],

@@ -59,7 +59,7 @@ async fn ipv6_mode_gets_one_slash_80_and_no_ipv4_pool() {
         node.ec2
             .calls()
             .iter()
-            .filter(|c| c.starts_with("AssignIpv6Addresses"))
+            .filter(|c| c.starts_with(cloud::Action::AssignIpv6Addresses.wire_name()))
             .count(),
         1
     );
@@ -183,9 +183,9 @@ async fn a_prefix_ec2_took_away_is_dropped_at_restart_and_replaced() {
 async fn without_a_prefix_ipamd_is_not_ready_and_says_why_then_recovers() {
     let node = v6_node();
     node.ec2.fail_next(
-        "AssignIpv6Addresses",
+        cloud::Action::AssignIpv6Addresses.wire_name(),
         vec![CloudError::from_code(
-            "AssignIpv6Addresses",
+            cloud::Action::AssignIpv6Addresses.wire_name(),
             "UnauthorizedOperation",
             "You are not authorized to perform this operation.",
         )],

@@ -14,9 +14,9 @@ fn calls_of(ec2: &cloud::fake::FakeEc2, api: &str) -> usize {
 /// The next ENI cannot be attached, so ipamd deletes it at once.
 fn refuse_next_attach(ec2: &cloud::fake::FakeEc2) {
     ec2.fail_next(
-        "AttachNetworkInterface",
+        cloud::Action::AttachNetworkInterface.wire_name(),
         vec![CloudError::from_code(
-            "AttachNetworkInterface",
+            cloud::Action::AttachNetworkInterface.wire_name(),
             "AttachmentLimitExceeded",
             "limit",
         )],
@@ -40,14 +40,20 @@ async fn lost_create_answers_are_resent_with_the_same_token_and_cost_one_eni() {
     for _ in 0..3 {
         d.grow().await;
     }
-    assert_eq!(calls_of(&ec2, "CreateNetworkInterface"), 3);
+    assert_eq!(
+        calls_of(&ec2, cloud::Action::CreateNetworkInterface.wire_name()),
+        3
+    );
     assert_eq!(
         ec2.enis().len(),
         2,
         "the resent requests were recognised by their token: {:?}",
         ec2.calls()
     );
-    assert_eq!(calls_of(&ec2, "AttachNetworkInterface"), 0);
+    assert_eq!(
+        calls_of(&ec2, cloud::Action::AttachNetworkInterface.wire_name()),
+        0
+    );
 
     // The fourth answer arrives: that one ENI is attached and used.
     d.grow().await;
@@ -74,9 +80,9 @@ async fn a_refused_create_starts_afresh() {
     // EC2 answers the resent request with a refusal: its token did not create anything the
     // node is waiting for, so the next attempt is a new request.
     ec2.fail_next(
-        "CreateNetworkInterface",
+        cloud::Action::CreateNetworkInterface.wire_name(),
         vec![CloudError::from_code(
-            "CreateNetworkInterface",
+            cloud::Action::CreateNetworkInterface.wire_name(),
             "UnauthorizedOperation",
             "You are not authorized to perform this operation.",
         )],
@@ -99,9 +105,9 @@ async fn a_delete_refused_while_ec2_detaches_waits_for_the_detach_then_deletes_o
     // The new ENI cannot be attached, so it is deleted at once; EC2 first says it is in use.
     refuse_next_attach(&ec2);
     ec2.fail_next(
-        "DeleteNetworkInterface",
+        cloud::Action::DeleteNetworkInterface.wire_name(),
         vec![CloudError::from_code(
-            "DeleteNetworkInterface",
+            cloud::Action::DeleteNetworkInterface.wire_name(),
             "InvalidNetworkInterface.InUse",
             "The network interface is currently in use.",
         )],
@@ -111,13 +117,13 @@ async fn a_delete_refused_while_ec2_detaches_waits_for_the_detach_then_deletes_o
     assert_eq!(ec2.enis().len(), 1, "deleted in the end: {:?}", ec2.calls());
     let calls = ec2.calls();
     let deletes: Vec<usize> = (0..calls.len())
-        .filter(|i| calls[*i].starts_with("DeleteNetworkInterface"))
+        .filter(|i| calls[*i].starts_with(cloud::Action::DeleteNetworkInterface.wire_name()))
         .collect();
     assert_eq!(deletes.len(), 2, "{calls:?}");
     assert!(
         calls[deletes[0]..deletes[1]]
             .iter()
-            .any(|c| c.starts_with("DescribeNetworkInterfaces")),
+            .any(|c| c.starts_with(cloud::Action::DescribeNetworkInterfaces.wire_name())),
         "the second delete waited for EC2 to show the ENI detached: {calls:?}"
     );
 }
@@ -129,9 +135,9 @@ async fn a_delete_that_keeps_failing_is_sent_once_by_the_daemon() {
     let d = start(dir.path(), &ec2, &ManualClock::at(0)).await;
     refuse_next_attach(&ec2);
     ec2.fail_next(
-        "DeleteNetworkInterface",
+        cloud::Action::DeleteNetworkInterface.wire_name(),
         (0..10)
-            .map(|_| unavailable("DeleteNetworkInterface"))
+            .map(|_| unavailable(cloud::Action::DeleteNetworkInterface.wire_name()))
             .collect(),
     );
     allocate(&d, 1).await;
@@ -139,7 +145,7 @@ async fn a_delete_that_keeps_failing_is_sent_once_by_the_daemon() {
     // Retrying is the EC2 client's job (cloud::throttle::Throttled, tested there); this fake
     // is not behind it, so every request the daemon itself sends shows here.
     assert_eq!(
-        calls_of(&ec2, "DeleteNetworkInterface"),
+        calls_of(&ec2, cloud::Action::DeleteNetworkInterface.wire_name()),
         1,
         "{:?}",
         ec2.calls()

@@ -174,9 +174,9 @@ async fn a_refused_permission_is_an_event_on_ipamds_own_pod() {
     let node = Node::at(0);
     node.cluster.send_replace(view(&[], &[], false));
     node.ec2.fail_next(
-        "AssignPrivateIpAddresses",
+        cloud::Action::AssignPrivateIpAddresses.wire_name(),
         vec![CloudError::from_code(
-            "AssignPrivateIpAddresses",
+            cloud::Action::AssignPrivateIpAddresses.wire_name(),
             "UnauthorizedOperation",
             "You are not authorized to perform this operation.",
         )],
@@ -200,5 +200,8 @@ async fn a_refused_permission_is_an_event_on_ipamds_own_pod() {
             uid: String::new(),
         }
     );
-    assert_eq!(e.action, "AssignPrivateIpAddresses");
+    assert_eq!(
+        e.action,
+        cloud::Action::AssignPrivateIpAddresses.wire_name()
+    );
 }

@@ -112,12 +112,12 @@ async fn an_empty_eni_is_freed_once_old_enough_and_the_node_cleaned() {
         node.ec2
             .calls()
             .iter()
-            .any(|c| c.starts_with("DetachNetworkInterface"))
+            .any(|c| c.starts_with(cloud::Action::DetachNetworkInterface.wire_name()))
     );
     assert!(
         node.ec2
             .calls()
             .iter()
-            .any(|c| c.starts_with("DeleteNetworkInterface"))
+            .any(|c| c.starts_with(cloud::Action::DeleteNetworkInterface.wire_name()))
     );
 }

@@ -291,7 +291,13 @@ fn eni_ids(vbox: &VpcBox) -> BTreeSet<String> {
 
 /// What EC2 says is left of subnet `id`.
 fn available_in(vbox: &VpcBox, id: &str) -> u64 {
-    let xml = ec2_ok(vbox, &[("Action", "DescribeSubnets"), ("SubnetId.1", id)]);
+    let xml = ec2_ok(
+        vbox,
+        &[
+            ("Action", cloud::Action::DescribeSubnets.wire_name()),
+            ("SubnetId.1", id),
+        ],
+    );
     xml_value(&xml, "availableIpAddressCount")
         .parse()
         .expect("a count")
@@ -569,7 +575,7 @@ fn the_doctor_names_each_fault_of_the_checklist() {
         let xml = ec2_ok(
             &vbox,
             &[
-                ("Action", "CreateNetworkInterface"),
+                ("Action", cloud::Action::CreateNetworkInterface.wire_name()),
                 ("SubnetId", node.subnet_id.as_str()),
                 ("Description", description.as_str()),
                 ("TagSpecification.1.ResourceType", "network-interface"),
@@ -591,7 +597,7 @@ fn the_doctor_names_each_fault_of_the_checklist() {
             ec2_ok(
                 &vbox,
                 &[
-                    ("Action", "DeleteNetworkInterface"),
+                    ("Action", cloud::Action::DeleteNetworkInterface.wire_name()),
                     ("NetworkInterfaceId", leaked.as_str()),
                 ],
             );
@@ -615,7 +621,7 @@ fn the_doctor_names_each_fault_of_the_checklist() {
             let xml = ec2_ok(
                 &vbox,
                 &[
-                    ("Action", "CreateNetworkInterface"),
+                    ("Action", cloud::Action::CreateNetworkInterface.wire_name()),
                     ("SubnetId", subnet.as_str()),
                     ("Description", "doctor test: takes the subnet's addresses"),
                     ("SecondaryPrivateIpAddressCount", secondaries.as_str()),
@@ -641,7 +647,7 @@ fn the_doctor_names_each_fault_of_the_checklist() {
                 ec2_ok(
                     &vbox,
                     &[
-                        ("Action", "DeleteNetworkInterface"),
+                        ("Action", cloud::Action::DeleteNetworkInterface.wire_name()),
                         ("NetworkInterfaceId", eni.as_str()),
                     ],
                 );
@@ -654,7 +660,10 @@ fn the_doctor_names_each_fault_of_the_checklist() {
     // An EC2 action ipamd needs, denied by IAM: one the doctor makes anyway, then one only a
     // DryRun can test. (The address calls have no DryRun on EC2: the doctor learns of their
     // denial only from ipamd's refused calls, which a settled pool does not make.)
-    for action in ["DescribeNetworkInterfaces", "CreateNetworkInterface"] {
+    for action in [
+        cloud::Action::DescribeNetworkInterfaces.wire_name(),
+        cloud::Action::CreateNetworkInterface.wire_name(),
+    ] {
         steps.step(&format!("the denial of {action} named"), || {
             vbox.set_iam(&json!({ "deny": [action] }));
             expect_finding(&vbox, "iam", &["error"], &[action]);
@@ -675,7 +684,14 @@ fn the_doctor_names_each_fault_of_the_checklist() {
         let unassign = one_address(&eni, &address);
         ec2_ok(
             &vbox,
-            &[&[("Action", "UnassignPrivateIpAddresses")][..], &unassign].concat(),
+            &[
+                &[(
+                    "Action",
+                    cloud::Action::UnassignPrivateIpAddresses.wire_name(),
+                )][..],
+                &unassign,
+            ]
+            .concat(),
         );
         (eni, address)
     });
@@ -693,7 +709,14 @@ fn the_doctor_names_each_fault_of_the_checklist() {
             let unassign = one_address(eni, address);
             ec2_ok(
                 &vbox,
-                &[&[("Action", "AssignPrivateIpAddresses")][..], &unassign].concat(),
+                &[
+                    &[(
+                        "Action",
+                        cloud::Action::AssignPrivateIpAddresses.wire_name(),
+                    )][..],
+                    &unassign,
+                ]
+                .concat(),
             );
             vbox.set_imds_frozen(false);
             healed(&vbox, "IMDS's freeze");

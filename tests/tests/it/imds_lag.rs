@@ -80,7 +80,11 @@ fn a_lagging_imds_causes_no_double_attach_and_no_lost_eni() {
         if n == 4 || n == 9 {
             // The primary (then the second) ENI is full: ipamd attaches another ENI now...
             let attaches = if n == 4 { 1 } else { 2 };
-            wait_for_calls(&vbox, "AttachNetworkInterface", attaches);
+            wait_for_calls(
+                &vbox,
+                cloud::Action::AttachNetworkInterface.wire_name(),
+                attaches,
+            );
             // ...and is killed while IMDS does not show it yet, then restarted inside the lag.
             vbox.stop_ipamd(1, true);
             vbox.start_ipamd(1);
@@ -100,12 +104,18 @@ fn a_lagging_imds_causes_no_double_attach_and_no_lost_eni() {
     let c = vbox.sim_calls();
     let n = |a: &str| c.get(a).copied().unwrap_or(0);
     assert_eq!(
-        (n("CreateNetworkInterface"), n("AttachNetworkInterface")),
+        (
+            n(cloud::Action::CreateNetworkInterface.wire_name()),
+            n(cloud::Action::AttachNetworkInterface.wire_name())
+        ),
         (2, 2),
         "each ENI created and attached once: {c:?}"
     );
     assert_eq!(
-        (n("DetachNetworkInterface"), n("DeleteNetworkInterface")),
+        (
+            n(cloud::Action::DetachNetworkInterface.wire_name()),
+            n(cloud::Action::DeleteNetworkInterface.wire_name())
+        ),
         (0, 0),
         "no ENI given up: {c:?}"
     );

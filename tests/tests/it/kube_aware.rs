@@ -27,8 +27,8 @@ const ENIS: u32 = 8;
 const SLOTS: u32 = 29;
 
 const EC2_ALLOCATIONS: [&str; 3] = [
-    "AssignPrivateIpAddresses",
-    "CreateNetworkInterface",
+    cloud::Action::AssignPrivateIpAddresses.wire_name(),
+    cloud::Action::CreateNetworkInterface.wire_name(),
     "AssignIpv4Prefixes",
 ];
 
@@ -310,7 +310,7 @@ fn ipamd_works_with_the_scheduler() {
         max_eni_gone,
         |()| {
             b.vbox
-                .set_iam(&json!({"deny": ["AssignPrivateIpAddresses", "CreateNetworkInterface"]}));
+                .set_iam(&json!({"deny": [cloud::Action::AssignPrivateIpAddresses.wire_name(), cloud::Action::CreateNetworkInterface.wire_name()]}));
             b.annotate("vpc-cni.io/WARM_IP_TARGET=80");
             b.wait(SEEN, "a MissingIAMPermissions Event", || {
                 let events = b.warnings(&b.name, "MissingIAMPermissions");

@@ -41,19 +41,30 @@ fn a_create_whose_answers_are_lost_after_ec2_acted_leaves_exactly_one_eni() {
     require_root();
     let vbox = VpcBox::up(&["--instance-type", "m5.large"]);
     settle_and_agree(&vbox, 1);
-    let created_before = vbox.sim_calls().get("CreateNetworkInterface").copied();
+    let created_before = vbox
+        .sim_calls()
+        .get(cloud::Action::CreateNetworkInterface.wire_name())
+        .copied();
 
     // Every CreateNetworkInterface is carried out by EC2, then its connection closes with
     // no answer, until at least two answers are lost (bounded: if they never are, the
     // assertion below says so); a pod's ADD makes the pool want a second ENI meanwhile.
     vbox.set_faults(&json!({
-        "drop_after_pct": 100, "actions": ["CreateNetworkInterface"], "seed": 13
+        "drop_after_pct": 100, "actions": [cloud::Action::CreateNetworkInterface.wire_name()], "seed": 13
     }));
     let _pod = add_pod(&vbox);
     testkit::within(Duration::from_secs(60), || {
-        injected(&vbox, "CreateNetworkInterface", "drop_after") >= 2
+        injected(
+            &vbox,
+            cloud::Action::CreateNetworkInterface.wire_name(),
+            "drop_after",
+        ) >= 2
     });
-    let lost = injected(&vbox, "CreateNetworkInterface", "drop_after");
+    let lost = injected(
+        &vbox,
+        cloud::Action::CreateNetworkInterface.wire_name(),
+        "drop_after",
+    );
     vbox.set_faults(&json!({}));
     assert!(
         lost >= 2,
@@ -67,7 +78,8 @@ fn a_create_whose_answers_are_lost_after_ec2_acted_leaves_exactly_one_eni() {
     let (attached, leaked) = ec2_view(&vbox, 1);
     assert_eq!(attached.len(), 2, "{attached:?}");
     assert!(leaked.is_empty(), "{leaked:?}");
-    let created = vbox.sim_calls()["CreateNetworkInterface"] - created_before.unwrap_or(0);
+    let created = vbox.sim_calls()[cloud::Action::CreateNetworkInterface.wire_name()]
+        - created_before.unwrap_or(0);
     eprintln!("{lost} CreateNetworkInterface answers lost, {created} requests, 1 ENI created");
     assert!(created > lost, "{created} requests for {lost} lost answers");
 }
@@ -78,18 +90,26 @@ fn an_eni_whose_delete_keeps_failing_gets_at_most_the_clients_attempts() {
     require_root();
     let vbox = VpcBox::up(&["--instance-type", "m5.large"]);
     settle_and_agree(&vbox, 1);
-    let deletes_before = vbox.sim_calls().get("DeleteNetworkInterface").copied();
+    let deletes_before = vbox
+        .sim_calls()
+        .get(cloud::Action::DeleteNetworkInterface.wire_name())
+        .copied();
 
     // The next ENI cannot be attached, so ipamd deletes it at once; every delete fails too.
     vbox.set_faults(&json!({
         "server_error_pct": 100,
-        "actions": ["AttachNetworkInterface", "DeleteNetworkInterface"],
+        "actions": [cloud::Action::AttachNetworkInterface.wire_name(), cloud::Action::DeleteNetworkInterface.wire_name()],
         "seed": 5
     }));
     let _pod = add_pod(&vbox);
     let budget = attempt_budget();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while injected(&vbox, "DeleteNetworkInterface", "server_error") < budget {
+    while injected(
+        &vbox,
+        cloud::Action::DeleteNetworkInterface.wire_name(),
+        "server_error",
+    ) < budget
+    {
         assert!(
             Instant::now() < deadline,
             "ipamd never got to delete the unattached ENI: {}",
@@ -99,7 +119,8 @@ fn an_eni_whose_delete_keeps_failing_gets_at_most_the_clients_attempts() {
     }
     // The failed growth step is over: the next one waits for the controller's next round.
     vbox.set_faults(&json!({}));
-    let deletes = vbox.sim_calls()["DeleteNetworkInterface"] - deletes_before.unwrap_or(0);
+    let deletes = vbox.sim_calls()[cloud::Action::DeleteNetworkInterface.wire_name()]
+        - deletes_before.unwrap_or(0);
     eprintln!("DeleteNetworkInterface requests for the ENI: {deletes} (budget {budget})");
     assert_eq!(
         deletes, budget,

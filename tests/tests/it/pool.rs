@@ -215,7 +215,7 @@ fn a_leaked_eni_is_deleted_and_an_eni_attached_behind_ipamds_back_is_adopted() {
     let old = humantime_ago(600);
     let create = |description: &str, created: &str, ips: &str| {
         let (status, body) = vbox.ec2(&[
-            ("Action", "CreateNetworkInterface"),
+            ("Action", cloud::Action::CreateNetworkInterface.wire_name()),
             ("SubnetId", &subnet),
             ("Description", description),
             ("SecondaryPrivateIpAddressCount", ips),
@@ -238,7 +238,7 @@ fn a_leaked_eni_is_deleted_and_an_eni_attached_behind_ipamds_back_is_adopted() {
     let leaked = create("aws-K8S-i-0gonegonegone000", &old, "0");
     let adopted = create(&format!("aws-K8S-{me}"), &old, "2");
     let (status, body) = vbox.ec2(&[
-        ("Action", "AttachNetworkInterface"),
+        ("Action", cloud::Action::AttachNetworkInterface.wire_name()),
         ("NetworkInterfaceId", &adopted),
         ("InstanceId", &me),
         ("DeviceIndex", "2"),

@@ -242,7 +242,7 @@ fn an_eni_detached_through_ec2_leaves_nothing_behind_and_comes_back_when_reattac
     assert!(!ip(&["-n", &node, "-4", "route", "show", "table", "2"]).is_empty());
 
     let (status, body) = vbox.ec2(&[
-        ("Action", "DetachNetworkInterface"),
+        ("Action", cloud::Action::DetachNetworkInterface.wire_name()),
         ("AttachmentId", eni["attachment"]["id"].as_str().unwrap()),
     ]);
     assert_eq!(status, 200, "{body}");
@@ -265,7 +265,7 @@ fn an_eni_detached_through_ec2_leaves_nothing_behind_and_comes_back_when_reattac
     );
 
     let (status, body) = vbox.ec2(&[
-        ("Action", "AttachNetworkInterface"),
+        ("Action", cloud::Action::AttachNetworkInterface.wire_name()),
         ("NetworkInterfaceId", eni["id"].as_str().unwrap()),
         ("InstanceId", &vbox.node(1).instance_id),
         ("DeviceIndex", "1"),

@@ -45,30 +45,11 @@ use axum::routing::{get, post};
 pub use error::Ec2Error;
 pub use params::Params;
 
+use cloud::Action;
+
 use crate::Sim;
 use crate::faults::Outcome;
 use crate::model::Model;
-
-/// Every action [`dispatch`] serves (what a fault plan's `actions` may name).
-pub const ACTIONS: &[&str] = &[
-    "DescribeInstances",
-    "DescribeInstanceTypes",
-    "DescribeSubnets",
-    "DescribeNetworkInterfaces",
-    "CreateNetworkInterface",
-    "DeleteNetworkInterface",
-    "ModifyNetworkInterfaceAttribute",
-    "AttachNetworkInterface",
-    "DetachNetworkInterface",
-    "AssignPrivateIpAddresses",
-    "UnassignPrivateIpAddresses",
-    "AssignIpv6Addresses",
-    "UnassignIpv6Addresses",
-    "CreateTags",
-    "DeleteTags",
-    "CreateSecurityGroup",
-    "DescribeSecurityGroups",
-];
 
 /// What an action handler gets.
 pub struct Ctx<'a> {
@@ -151,7 +132,7 @@ async fn handle(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
         );
         (request_id, Err(inject::unauthorized(&action)))
     } else {
-        if action == "AttachNetworkInterface" && sim.attach_latency_ms() > 0 {
+        if action == Action::AttachNetworkInterface.wire_name() && sim.attach_latency_ms() > 0 {
             // Before the model is locked: other calls go on meanwhile, as on EC2.
             tokio::time::sleep(std::time::Duration::from_millis(sim.attach_latency_ms())).await;
         }
@@ -268,7 +249,7 @@ fn format_request_id(h: &str) -> String {
 /// has denied the call already when the IAM policy says so.
 pub fn dispatch(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
     use actions::*;
-    let action = cx.params.required("Action")?.to_string();
+    let name = cx.params.required("Action")?.to_string();
     if cx.params.bool("DryRun")? == Some(true) {
         let mut e = Ec2Error::new(
             "DryRunOperation",
@@ -277,33 +258,35 @@ pub fn dispatch(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
         e.status = 412;
         return Err(e);
     }
-    match action.as_str() {
-        "DescribeInstances" => instances::describe(cx),
-        "DescribeInstanceTypes" => instance_types::describe(cx),
-        "DescribeSubnets" => subnets::describe(cx),
-        "DescribeNetworkInterfaces" => describe_enis::describe(cx),
-        "CreateNetworkInterface" => enis::create(cx),
-        "DeleteNetworkInterface" => enis::delete(cx),
-        "ModifyNetworkInterfaceAttribute" => enis::modify(cx),
-        "AttachNetworkInterface" => attach::attach(cx),
-        "DetachNetworkInterface" => attach::detach(cx),
-        "AssignPrivateIpAddresses" => addresses::assign(cx),
-        "UnassignPrivateIpAddresses" => addresses::unassign(cx),
-        "AssignIpv6Addresses" => addresses6::assign(cx),
-        "UnassignIpv6Addresses" => addresses6::unassign(cx),
-        "CreateTags" => tags::create(cx),
-        "DeleteTags" => tags::delete(cx),
-        "CreateSecurityGroup" => security_groups::create(cx),
-        "DescribeSecurityGroups" => security_groups::describe(cx),
-        other => Err(Ec2Error::new(
+    let Some(action) = Action::from_wire(&name) else {
+        return Err(Ec2Error::new(
             "InvalidAction",
-            format!("The action {other} is not valid for this web service."),
-        )),
+            format!("The action {name} is not valid for this web service."),
+        ));
+    };
+    match action {
+        Action::DescribeInstances => instances::describe(cx),
+        Action::DescribeInstanceTypes => instance_types::describe(cx),
+        Action::DescribeSubnets => subnets::describe(cx),
+        Action::DescribeNetworkInterfaces => describe_enis::describe(cx),
+        Action::CreateNetworkInterface => enis::create(cx),
+        Action::DeleteNetworkInterface => enis::delete(cx),
+        Action::ModifyNetworkInterfaceAttribute => enis::modify(cx),
+        Action::AttachNetworkInterface => attach::attach(cx),
+        Action::DetachNetworkInterface => attach::detach(cx),
+        Action::AssignPrivateIpAddresses => addresses::assign(cx),
+        Action::UnassignPrivateIpAddresses => addresses::unassign(cx),
+        Action::AssignIpv6Addresses => addresses6::assign(cx),
+        Action::UnassignIpv6Addresses => addresses6::unassign(cx),
+        Action::CreateTags => tags::create(cx),
+        Action::DeleteTags => tags::delete(cx),
+        Action::CreateSecurityGroup => security_groups::create(cx),
+        Action::DescribeSecurityGroups => security_groups::describe(cx),
     }
 }
 
 /// `<return>true</return>` replies.
-fn ok_return(action: &str, request_id: &str) -> String {
+fn ok_return(action: Action, request_id: &str) -> String {
     xml::Xml::response(action, request_id, |x| {
         x.leaf("return", true);
     })

@@ -7,6 +7,8 @@
 use std::borrow::Cow;
 use std::fmt::Display;
 
+use cloud::Action;
+
 use crate::model::Tags;
 
 /// The XML namespace of EC2 API version 2016-11-15.
@@ -25,7 +27,7 @@ pub struct Xml {
 
 impl Xml {
     /// `<{action}Response xmlns=..><requestId>..</requestId>` + `body` + closing tag.
-    pub fn response(action: &str, request_id: &str, body: impl FnOnce(&mut Xml)) -> String {
+    pub fn response(action: Action, request_id: &str, body: impl FnOnce(&mut Xml)) -> String {
         let mut x = Xml::default();
         x.buf
             .push_str("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
@@ -96,7 +98,7 @@ mod tests {
 
     #[test]
     fn writes_a_response_with_escaped_text() {
-        let doc = Xml::response("CreateTags", "rid-1", |x| {
+        let doc = Xml::response(Action::CreateTags, "rid-1", |x| {
             x.leaf("return", true);
             x.set("things", ["a<b", "c&d"], |x, s| {
                 x.leaf("v", s);

@@ -10,7 +10,7 @@ const NS: &str = "http://ec2.amazonaws.com/doc/2016-11-15/";
 async fn new_eni(h: &Harness, extra: &[(&str, &str)]) -> String {
     let subnet = h.subnet(0);
     let mut pairs = vec![
-        ("Action", "CreateNetworkInterface"),
+        ("Action", cloud::Action::CreateNetworkInterface.wire_name()),
         ("SubnetId", subnet.as_str()),
     ];
     pairs.extend_from_slice(extra);
@@ -26,7 +26,10 @@ async fn describe_network_interfaces_has_the_sdk_shape() {
     let (inst, eni) = h.instance(0);
     let r = h
         .call(&[
-            ("Action", "DescribeNetworkInterfaces"),
+            (
+                "Action",
+                cloud::Action::DescribeNetworkInterfaces.wire_name(),
+            ),
             ("NetworkInterfaceId.1", &eni),
         ])
         .await;
@@ -87,7 +90,10 @@ async fn unknown_eni_ids_are_named_in_the_error() {
     let (_, eni) = h.instance(0);
     let (code, msg) = h
         .err(&[
-            ("Action", "DescribeNetworkInterfaces"),
+            (
+                "Action",
+                cloud::Action::DescribeNetworkInterfaces.wire_name(),
+            ),
             ("NetworkInterfaceId.1", &eni),
             ("NetworkInterfaceId.2", "eni-00000088"),
         ])
@@ -96,7 +102,10 @@ async fn unknown_eni_ids_are_named_in_the_error() {
     assert_eq!(msg, "The networkInterface ID 'eni-00000088' does not exist");
     let (_, msg) = h
         .err(&[
-            ("Action", "DescribeNetworkInterfaces"),
+            (
+                "Action",
+                cloud::Action::DescribeNetworkInterfaces.wire_name(),
+            ),
             ("NetworkInterfaceId.1", "eni-0000000a"),
             ("NetworkInterfaceId.2", "eni-0000000b"),
         ])
@@ -107,7 +116,10 @@ async fn unknown_eni_ids_are_named_in_the_error() {
     );
     let (code, _) = h
         .err(&[
-            ("Action", "DescribeNetworkInterfaces"),
+            (
+                "Action",
+                cloud::Action::DescribeNetworkInterfaces.wire_name(),
+            ),
             ("NetworkInterfaceId.1", "nope"),
         ])
         .await;
@@ -133,7 +145,7 @@ async fn describe_network_interfaces_filters() {
     .await;
     let attached = new_eni(&h, &[]).await;
     h.ok(&[
-        ("Action", "AttachNetworkInterface"),
+        ("Action", cloud::Action::AttachNetworkInterface.wire_name()),
         ("NetworkInterfaceId", &attached),
         ("InstanceId", &inst),
         ("DeviceIndex", "2"),
@@ -142,7 +154,7 @@ async fn describe_network_interfaces_filters() {
     let other_subnet = h.subnet(1);
     let far = h
         .ok(&[
-            ("Action", "CreateNetworkInterface"),
+            ("Action", cloud::Action::CreateNetworkInterface.wire_name()),
             ("SubnetId", &other_subnet),
         ])
         .await
@@ -150,8 +162,10 @@ async fn describe_network_interfaces_filters() {
         .to_string();
 
     async fn ids(h: &Harness, filters: &[(&str, &[&str])]) -> Vec<String> {
-        let mut owned: Vec<(String, String)> =
-            vec![("Action".into(), "DescribeNetworkInterfaces".into())];
+        let mut owned: Vec<(String, String)> = vec![(
+            "Action".into(),
+            cloud::Action::DescribeNetworkInterfaces.wire_name().into(),
+        )];
         for (i, (name, values)) in filters.iter().enumerate() {
             owned.push((format!("Filter.{}.Name", i + 1), name.to_string()));
             for (j, v) in values.iter().enumerate() {
@@ -229,7 +243,10 @@ async fn describe_network_interfaces_filters() {
 
     let (code, msg) = h
         .err(&[
-            ("Action", "DescribeNetworkInterfaces"),
+            (
+                "Action",
+                cloud::Action::DescribeNetworkInterfaces.wire_name(),
+            ),
             ("Filter.1.Name", "colour"),
             ("Filter.1.Value.1", "red"),
         ])
@@ -252,7 +269,13 @@ async fn describe_network_interfaces_paginates() {
     loop {
         pages += 1;
         assert!(pages <= 10, "pagination does not end");
-        let mut pairs = vec![("Action", "DescribeNetworkInterfaces"), ("MaxResults", "5")];
+        let mut pairs = vec![
+            (
+                "Action",
+                cloud::Action::DescribeNetworkInterfaces.wire_name(),
+            ),
+            ("MaxResults", "5"),
+        ];
         if let Some(t) = token.as_deref() {
             pairs.push(("NextToken", t));
         }
@@ -276,13 +299,22 @@ async fn describe_network_interfaces_paginates() {
     assert_eq!((seen.len(), unique.len()), (13, 13));
 
     let (code, _) = h
-        .err(&[("Action", "DescribeNetworkInterfaces"), ("MaxResults", "3")])
+        .err(&[
+            (
+                "Action",
+                cloud::Action::DescribeNetworkInterfaces.wire_name(),
+            ),
+            ("MaxResults", "3"),
+        ])
         .await;
     assert_eq!(code, "InvalidParameterValue");
     let (_, eni) = h.instance(0);
     let (code, _) = h
         .err(&[
-            ("Action", "DescribeNetworkInterfaces"),
+            (
+                "Action",
+                cloud::Action::DescribeNetworkInterfaces.wire_name(),
+            ),
             ("MaxResults", "5"),
             ("NetworkInterfaceId.1", &eni),
         ])
@@ -296,7 +328,7 @@ async fn create_network_interface() {
     let subnet = h.subnet(0);
     let x = h
         .ok(&[
-            ("Action", "CreateNetworkInterface"),
+            ("Action", cloud::Action::CreateNetworkInterface.wire_name()),
             ("SubnetId", &subnet),
             ("Description", "aws-K8S-i-1"),
             ("SecondaryPrivateIpAddressCount", "3"),
@@ -325,7 +357,7 @@ async fn create_network_interface() {
 
     let x = h
         .ok(&[
-            ("Action", "CreateNetworkInterface"),
+            ("Action", cloud::Action::CreateNetworkInterface.wire_name()),
             ("SubnetId", &subnet),
             ("Ipv4PrefixCount", "2"),
         ])
@@ -338,7 +370,9 @@ async fn create_network_interface() {
             .all(|p| p.text_at("ipv4Prefix").ends_with("/28"))
     );
 
-    let (code, msg) = h.err(&[("Action", "CreateNetworkInterface")]).await;
+    let (code, msg) = h
+        .err(&[("Action", cloud::Action::CreateNetworkInterface.wire_name())])
+        .await;
     assert_eq!(
         (code.as_str(), msg.as_str()),
         (
@@ -348,14 +382,14 @@ async fn create_network_interface() {
     );
     let (code, _) = h
         .err(&[
-            ("Action", "CreateNetworkInterface"),
+            ("Action", cloud::Action::CreateNetworkInterface.wire_name()),
             ("SubnetId", "subnet-0123456789abcdef0"),
         ])
         .await;
     assert_eq!(code, "InvalidSubnetID.NotFound");
     let (code, _) = h
         .err(&[
-            ("Action", "CreateNetworkInterface"),
+            ("Action", cloud::Action::CreateNetworkInterface.wire_name()),
             ("SubnetId", &subnet),
             ("SecondaryPrivateIpAddressCount", "x"),
         ])
@@ -370,7 +404,7 @@ async fn attach_detach_delete() {
     let a = new_eni(&h, &[]).await;
     let x = h
         .ok(&[
-            ("Action", "AttachNetworkInterface"),
+            ("Action", cloud::Action::AttachNetworkInterface.wire_name()),
             ("NetworkInterfaceId", &a),
             ("InstanceId", &inst),
             ("DeviceIndex", "1"),
@@ -384,7 +418,7 @@ async fn attach_detach_delete() {
     let b = new_eni(&h, &[]).await;
     let (code, msg) = h
         .err(&[
-            ("Action", "AttachNetworkInterface"),
+            ("Action", cloud::Action::AttachNetworkInterface.wire_name()),
             ("NetworkInterfaceId", &b),
             ("InstanceId", &inst),
             ("DeviceIndex", "1"),
@@ -394,7 +428,7 @@ async fn attach_detach_delete() {
     assert!(msg.contains("device index '1'"), "{msg}");
     let (code, _) = h
         .err(&[
-            ("Action", "AttachNetworkInterface"),
+            ("Action", cloud::Action::AttachNetworkInterface.wire_name()),
             ("NetworkInterfaceId", &b),
             ("InstanceId", &inst),
         ])
@@ -402,7 +436,7 @@ async fn attach_detach_delete() {
     assert_eq!(code, "MissingParameter");
     let (code, _) = h
         .err(&[
-            ("Action", "AttachNetworkInterface"),
+            ("Action", cloud::Action::AttachNetworkInterface.wire_name()),
             ("NetworkInterfaceId", &b),
             ("InstanceId", "i-0123456789abcdef0"),
             ("DeviceIndex", "2"),
@@ -410,7 +444,7 @@ async fn attach_detach_delete() {
         .await;
     assert_eq!(code, "InvalidInstanceID.NotFound");
     h.ok(&[
-        ("Action", "AttachNetworkInterface"),
+        ("Action", cloud::Action::AttachNetworkInterface.wire_name()),
         ("NetworkInterfaceId", &b),
         ("InstanceId", &inst),
         ("DeviceIndex", "2"),
@@ -419,7 +453,7 @@ async fn attach_detach_delete() {
     let c = new_eni(&h, &[]).await;
     let (code, msg) = h
         .err(&[
-            ("Action", "AttachNetworkInterface"),
+            ("Action", cloud::Action::AttachNetworkInterface.wire_name()),
             ("NetworkInterfaceId", &c),
             ("InstanceId", &inst),
             ("DeviceIndex", "3"),
@@ -435,14 +469,14 @@ async fn attach_detach_delete() {
 
     let (code, _) = h
         .err(&[
-            ("Action", "DeleteNetworkInterface"),
+            ("Action", cloud::Action::DeleteNetworkInterface.wire_name()),
             ("NetworkInterfaceId", &a),
         ])
         .await;
     assert_eq!(code, "InvalidNetworkInterface.InUse");
     let x = h
         .ok(&[
-            ("Action", "DetachNetworkInterface"),
+            ("Action", cloud::Action::DetachNetworkInterface.wire_name()),
             ("AttachmentId", &att),
             ("Force", "true"),
         ])
@@ -450,7 +484,7 @@ async fn attach_detach_delete() {
     assert_eq!(x.text_at("return"), "true");
     let x = h
         .ok(&[
-            ("Action", "DeleteNetworkInterface"),
+            ("Action", cloud::Action::DeleteNetworkInterface.wire_name()),
             ("NetworkInterfaceId", &a),
         ])
         .await;
@@ -460,13 +494,19 @@ async fn attach_detach_delete() {
     );
     let (code, _) = h
         .err(&[
-            ("Action", "DescribeNetworkInterfaces"),
+            (
+                "Action",
+                cloud::Action::DescribeNetworkInterfaces.wire_name(),
+            ),
             ("NetworkInterfaceId.1", &a),
         ])
         .await;
     assert_eq!(code, "InvalidNetworkInterfaceID.NotFound");
     let (code, _) = h
-        .err(&[("Action", "DetachNetworkInterface"), ("AttachmentId", &att)])
+        .err(&[
+            ("Action", cloud::Action::DetachNetworkInterface.wire_name()),
+            ("AttachmentId", &att),
+        ])
         .await;
     assert_eq!(code, "InvalidAttachmentID.NotFound");
 
@@ -481,7 +521,7 @@ async fn attach_detach_delete() {
         .id;
     let (code, _) = h
         .err(&[
-            ("Action", "DetachNetworkInterface"),
+            ("Action", cloud::Action::DetachNetworkInterface.wire_name()),
             ("AttachmentId", &primary_att),
         ])
         .await;
@@ -494,7 +534,10 @@ async fn assign_lists_only_new_addresses() {
     let (_, eni) = h.instance(0);
     let x = h
         .ok(&[
-            ("Action", "AssignPrivateIpAddresses"),
+            (
+                "Action",
+                cloud::Action::AssignPrivateIpAddresses.wire_name(),
+            ),
             ("NetworkInterfaceId", &eni),
             ("SecondaryPrivateIpAddressCount", "2"),
         ])
@@ -509,7 +552,10 @@ async fn assign_lists_only_new_addresses() {
     assert_eq!(first.len(), 2);
     let x = h
         .ok(&[
-            ("Action", "AssignPrivateIpAddresses"),
+            (
+                "Action",
+                cloud::Action::AssignPrivateIpAddresses.wire_name(),
+            ),
             ("NetworkInterfaceId", &eni),
             ("SecondaryPrivateIpAddressCount", "1"),
         ])
@@ -520,7 +566,10 @@ async fn assign_lists_only_new_addresses() {
 
     let x = h
         .ok(&[
-            ("Action", "AssignPrivateIpAddresses"),
+            (
+                "Action",
+                cloud::Action::AssignPrivateIpAddresses.wire_name(),
+            ),
             ("NetworkInterfaceId", &eni),
             ("Ipv4PrefixCount", "1"),
         ])
@@ -532,7 +581,10 @@ async fn assign_lists_only_new_addresses() {
 
     let x = h
         .ok(&[
-            ("Action", "AssignPrivateIpAddresses"),
+            (
+                "Action",
+                cloud::Action::AssignPrivateIpAddresses.wire_name(),
+            ),
             ("NetworkInterfaceId", &eni),
             ("PrivateIpAddress.1", "10.0.0.200"),
         ])
@@ -545,7 +597,10 @@ async fn assign_lists_only_new_addresses() {
     // 1 primary + 4 secondaries + 1 prefix = 6 = t3.medium's limit.
     let (code, msg) = h
         .err(&[
-            ("Action", "AssignPrivateIpAddresses"),
+            (
+                "Action",
+                cloud::Action::AssignPrivateIpAddresses.wire_name(),
+            ),
             ("NetworkInterfaceId", &eni),
             ("SecondaryPrivateIpAddressCount", "1"),
         ])
@@ -559,7 +614,10 @@ async fn assign_lists_only_new_addresses() {
     );
     let (code, _) = h
         .err(&[
-            ("Action", "AssignPrivateIpAddresses"),
+            (
+                "Action",
+                cloud::Action::AssignPrivateIpAddresses.wire_name(),
+            ),
             ("NetworkInterfaceId", &eni),
             ("SecondaryPrivateIpAddressCount", "1"),
             ("Ipv4PrefixCount", "1"),
@@ -568,14 +626,20 @@ async fn assign_lists_only_new_addresses() {
     assert_eq!(code, "InvalidParameterCombination");
     let (code, _) = h
         .err(&[
-            ("Action", "AssignPrivateIpAddresses"),
+            (
+                "Action",
+                cloud::Action::AssignPrivateIpAddresses.wire_name(),
+            ),
             ("NetworkInterfaceId", &eni),
         ])
         .await;
     assert_eq!(code, "MissingParameter");
     let (code, _) = h
         .err(&[
-            ("Action", "AssignPrivateIpAddresses"),
+            (
+                "Action",
+                cloud::Action::AssignPrivateIpAddresses.wire_name(),
+            ),
             ("SecondaryPrivateIpAddressCount", "1"),
         ])
         .await;
@@ -587,14 +651,20 @@ async fn subnet_exhaustion_over_http() {
     let h = Harness::new(topology("sim.big", &["10.0.0.0/28"], 1), 0);
     let (_, eni) = h.instance(0);
     h.ok(&[
-        ("Action", "AssignPrivateIpAddresses"),
+        (
+            "Action",
+            cloud::Action::AssignPrivateIpAddresses.wire_name(),
+        ),
         ("NetworkInterfaceId", &eni),
         ("SecondaryPrivateIpAddressCount", "9"),
     ])
     .await;
     let (code, msg) = h
         .err(&[
-            ("Action", "AssignPrivateIpAddresses"),
+            (
+                "Action",
+                cloud::Action::AssignPrivateIpAddresses.wire_name(),
+            ),
             ("NetworkInterfaceId", &eni),
             ("SecondaryPrivateIpAddressCount", "1"),
         ])
@@ -603,23 +673,32 @@ async fn subnet_exhaustion_over_http() {
     let subnet = h.subnet(0);
     let (code, _) = h
         .err(&[
-            ("Action", "CreateNetworkInterface"),
+            ("Action", cloud::Action::CreateNetworkInterface.wire_name()),
             ("SubnetId", &subnet),
             ("SecondaryPrivateIpAddressCount", "1"),
         ])
         .await;
     assert_eq!(code, "InsufficientFreeAddressesInSubnet");
     let x = h
-        .ok(&[("Action", "DescribeSubnets"), ("SubnetId.1", &subnet)])
+        .ok(&[
+            ("Action", cloud::Action::DescribeSubnets.wire_name()),
+            ("SubnetId.1", &subnet),
+        ])
         .await;
     assert_eq!(
         x.items("subnetSet")[0].text_at("availableIpAddressCount"),
         "1"
     );
-    h.ok(&[("Action", "CreateNetworkInterface"), ("SubnetId", &subnet)])
-        .await;
+    h.ok(&[
+        ("Action", cloud::Action::CreateNetworkInterface.wire_name()),
+        ("SubnetId", &subnet),
+    ])
+    .await;
     let (code, _) = h
-        .err(&[("Action", "CreateNetworkInterface"), ("SubnetId", &subnet)])
+        .err(&[
+            ("Action", cloud::Action::CreateNetworkInterface.wire_name()),
+            ("SubnetId", &subnet),
+        ])
         .await;
     assert_eq!(code, "InsufficientFreeAddressesInSubnet");
 }
@@ -630,7 +709,10 @@ async fn unassign() {
     let (_, eni) = h.instance(0);
     let x = h
         .ok(&[
-            ("Action", "AssignPrivateIpAddresses"),
+            (
+                "Action",
+                cloud::Action::AssignPrivateIpAddresses.wire_name(),
+            ),
             ("NetworkInterfaceId", &eni),
             ("SecondaryPrivateIpAddressCount", "2"),
         ])
@@ -640,7 +722,10 @@ async fn unassign() {
         .to_string();
     let (code, msg) = h
         .err(&[
-            ("Action", "UnassignPrivateIpAddresses"),
+            (
+                "Action",
+                cloud::Action::UnassignPrivateIpAddresses.wire_name(),
+            ),
             ("NetworkInterfaceId", &eni),
             ("PrivateIpAddress.1", "10.0.0.250"),
         ])
@@ -652,7 +737,10 @@ async fn unassign() {
     );
     let x = h
         .ok(&[
-            ("Action", "UnassignPrivateIpAddresses"),
+            (
+                "Action",
+                cloud::Action::UnassignPrivateIpAddresses.wire_name(),
+            ),
             ("NetworkInterfaceId", &eni),
             ("PrivateIpAddress.1", &ip),
         ])
@@ -663,7 +751,10 @@ async fn unassign() {
     );
     let x = h
         .ok(&[
-            ("Action", "DescribeNetworkInterfaces"),
+            (
+                "Action",
+                cloud::Action::DescribeNetworkInterfaces.wire_name(),
+            ),
             ("NetworkInterfaceId.1", &eni),
         ])
         .await;
@@ -676,7 +767,10 @@ async fn unassign() {
     assert!(!left.contains(&ip.as_str()));
     let (code, _) = h
         .err(&[
-            ("Action", "UnassignPrivateIpAddresses"),
+            (
+                "Action",
+                cloud::Action::UnassignPrivateIpAddresses.wire_name(),
+            ),
             ("NetworkInterfaceId", &eni),
         ])
         .await;
@@ -690,7 +784,7 @@ async fn modify_network_interface_attribute() {
     let eni = new_eni(&h, &[]).await;
     let att = h
         .ok(&[
-            ("Action", "AttachNetworkInterface"),
+            ("Action", cloud::Action::AttachNetworkInterface.wire_name()),
             ("NetworkInterfaceId", &eni),
             ("InstanceId", &inst),
             ("DeviceIndex", "1"),
@@ -704,13 +798,19 @@ async fn modify_network_interface_attribute() {
             .to_string()
     };
     let describe = [
-        ("Action", "DescribeNetworkInterfaces"),
+        (
+            "Action",
+            cloud::Action::DescribeNetworkInterfaces.wire_name(),
+        ),
         ("NetworkInterfaceId.1", eni.as_str()),
     ];
     assert_eq!(dot(&h.ok(&describe).await), "false");
     let x = h
         .ok(&[
-            ("Action", "ModifyNetworkInterfaceAttribute"),
+            (
+                "Action",
+                cloud::Action::ModifyNetworkInterfaceAttribute.wire_name(),
+            ),
             ("NetworkInterfaceId", &eni),
             ("Attachment.AttachmentId", &att),
             ("Attachment.DeleteOnTermination", "true"),
@@ -723,7 +823,10 @@ async fn modify_network_interface_attribute() {
     assert_eq!(dot(&h.ok(&describe).await), "true");
 
     h.ok(&[
-        ("Action", "ModifyNetworkInterfaceAttribute"),
+        (
+            "Action",
+            cloud::Action::ModifyNetworkInterfaceAttribute.wire_name(),
+        ),
         ("NetworkInterfaceId", &eni),
         ("Description.Value", "hello"),
     ])
@@ -735,7 +838,10 @@ async fn modify_network_interface_attribute() {
 
     let (code, _) = h
         .err(&[
-            ("Action", "ModifyNetworkInterfaceAttribute"),
+            (
+                "Action",
+                cloud::Action::ModifyNetworkInterfaceAttribute.wire_name(),
+            ),
             ("NetworkInterfaceId", &eni),
             ("Attachment.AttachmentId", "eni-attach-0000000000000000a"),
             ("Attachment.DeleteOnTermination", "true"),
@@ -744,7 +850,10 @@ async fn modify_network_interface_attribute() {
     assert_eq!(code, "InvalidAttachmentID.NotFound");
     let (code, _) = h
         .err(&[
-            ("Action", "ModifyNetworkInterfaceAttribute"),
+            (
+                "Action",
+                cloud::Action::ModifyNetworkInterfaceAttribute.wire_name(),
+            ),
             ("NetworkInterfaceId", &eni),
             ("SecurityGroupId.1", "sg-0000000000000000a"),
         ])
@@ -752,7 +861,10 @@ async fn modify_network_interface_attribute() {
     assert_eq!(code, "InvalidGroup.NotFound");
     let (code, _) = h
         .err(&[
-            ("Action", "ModifyNetworkInterfaceAttribute"),
+            (
+                "Action",
+                cloud::Action::ModifyNetworkInterfaceAttribute.wire_name(),
+            ),
             ("NetworkInterfaceId", &eni),
         ])
         .await;
@@ -764,7 +876,10 @@ async fn describe_instances() {
     let h = Harness::new(topology("t3.medium", &["10.0.0.0/24"], 2), 0);
     let (inst, eni) = h.instance(1);
     let x = h
-        .ok(&[("Action", "DescribeInstances"), ("InstanceId.1", &inst)])
+        .ok(&[
+            ("Action", cloud::Action::DescribeInstances.wire_name()),
+            ("InstanceId.1", &inst),
+        ])
         .await;
     let res = x.items("reservationSet");
     assert_eq!(res.len(), 1);
@@ -784,11 +899,13 @@ async fn describe_instances() {
         i.text_at("privateIpAddress")
     );
 
-    let all = h.ok(&[("Action", "DescribeInstances")]).await;
+    let all = h
+        .ok(&[("Action", cloud::Action::DescribeInstances.wire_name())])
+        .await;
     assert_eq!(all.items("reservationSet").len(), 2);
     let filtered = h
         .ok(&[
-            ("Action", "DescribeInstances"),
+            ("Action", cloud::Action::DescribeInstances.wire_name()),
             ("Filter.1.Name", "network-interface.network-interface-id"),
             ("Filter.1.Value.1", &eni),
         ])
@@ -796,7 +913,7 @@ async fn describe_instances() {
     assert_eq!(filtered.items("reservationSet").len(), 1);
     let (code, msg) = h
         .err(&[
-            ("Action", "DescribeInstances"),
+            ("Action", cloud::Action::DescribeInstances.wire_name()),
             ("InstanceId.1", "i-0123456789abcdef0"),
         ])
         .await;
@@ -814,7 +931,7 @@ async fn describe_instance_types() {
     let h = Harness::basic();
     let x = h
         .ok(&[
-            ("Action", "DescribeInstanceTypes"),
+            ("Action", cloud::Action::DescribeInstanceTypes.wire_name()),
             ("InstanceType.1", "t3.medium"),
             ("InstanceType.2", "sim.big"),
         ])
@@ -848,14 +965,14 @@ async fn describe_instance_types() {
 
     let x = h
         .ok(&[
-            ("Action", "DescribeInstanceTypes"),
+            ("Action", cloud::Action::DescribeInstanceTypes.wire_name()),
             ("InstanceType.1", "c4.large"),
         ])
         .await;
     assert_eq!(x.items("instanceTypeSet")[0].text_at("hypervisor"), "xen");
     let (code, msg) = h
         .err(&[
-            ("Action", "DescribeInstanceTypes"),
+            ("Action", cloud::Action::DescribeInstanceTypes.wire_name()),
             ("InstanceType.1", "x9.nope"),
         ])
         .await;
@@ -876,7 +993,7 @@ async fn describe_subnets_and_tags() {
     let vpc = h.sim.model().vpc().id.clone();
     let x = h
         .ok(&[
-            ("Action", "DescribeSubnets"),
+            ("Action", cloud::Action::DescribeSubnets.wire_name()),
             ("Filter.1.Name", "vpc-id"),
             ("Filter.1.Value.1", &vpc),
         ])
@@ -890,13 +1007,19 @@ async fn describe_subnets_and_tags() {
     assert_eq!(first.text_at("availableIpAddressCount"), "250");
 
     h.ok(&[
-        ("Action", "AssignPrivateIpAddresses"),
+        (
+            "Action",
+            cloud::Action::AssignPrivateIpAddresses.wire_name(),
+        ),
         ("NetworkInterfaceId", &eni),
         ("SecondaryPrivateIpAddressCount", "3"),
     ])
     .await;
     let x = h
-        .ok(&[("Action", "DescribeSubnets"), ("SubnetId.1", &s0)])
+        .ok(&[
+            ("Action", cloud::Action::DescribeSubnets.wire_name()),
+            ("SubnetId.1", &s0),
+        ])
         .await;
     assert_eq!(
         x.items("subnetSet")[0].text_at("availableIpAddressCount"),
@@ -905,7 +1028,7 @@ async fn describe_subnets_and_tags() {
 
     let x = h
         .ok(&[
-            ("Action", "CreateTags"),
+            ("Action", cloud::Action::CreateTags.wire_name()),
             ("ResourceId.1", &s1),
             ("ResourceId.2", &eni),
             ("Tag.1.Key", "kubernetes.io/role/cni"),
@@ -918,7 +1041,7 @@ async fn describe_subnets_and_tags() {
     );
     let x = h
         .ok(&[
-            ("Action", "DescribeSubnets"),
+            ("Action", cloud::Action::DescribeSubnets.wire_name()),
             ("Filter.1.Name", "tag:kubernetes.io/role/cni"),
             ("Filter.1.Value.1", "1"),
             ("Filter.2.Name", "availability-zone"),
@@ -934,7 +1057,10 @@ async fn describe_subnets_and_tags() {
     );
     let x = h
         .ok(&[
-            ("Action", "DescribeNetworkInterfaces"),
+            (
+                "Action",
+                cloud::Action::DescribeNetworkInterfaces.wire_name(),
+            ),
             ("NetworkInterfaceId.1", &eni),
         ])
         .await;
@@ -945,16 +1071,21 @@ async fn describe_subnets_and_tags() {
 
     let (code, _) = h
         .err(&[
-            ("Action", "DescribeSubnets"),
+            ("Action", cloud::Action::DescribeSubnets.wire_name()),
             ("SubnetId.1", "subnet-0123456789abcdef0"),
         ])
         .await;
     assert_eq!(code, "InvalidSubnetID.NotFound");
-    let (code, _) = h.err(&[("Action", "CreateTags"), ("Tag.1.Key", "k")]).await;
+    let (code, _) = h
+        .err(&[
+            ("Action", cloud::Action::CreateTags.wire_name()),
+            ("Tag.1.Key", "k"),
+        ])
+        .await;
     assert_eq!(code, "MissingParameter");
     let (code, _) = h
         .err(&[
-            ("Action", "CreateTags"),
+            ("Action", cloud::Action::CreateTags.wire_name()),
             ("ResourceId.1", "eni-0000000000000000a"),
             ("Tag.1.Key", "k"),
         ])
@@ -998,12 +1129,15 @@ async fn call_owned(h: &Harness, owned: &[(String, String)]) -> Node {
 
 /// The subnets DescribeSubnets returns for `filters`: (id, item).
 async fn subnets(h: &Harness, filters: &[(&str, &[&str])]) -> Vec<(String, Node)> {
-    call_owned(h, &with_filters("DescribeSubnets", filters))
-        .await
-        .items("subnetSet")
-        .into_iter()
-        .map(|s| (s.text_at("subnetId").to_string(), s.clone()))
-        .collect()
+    call_owned(
+        h,
+        &with_filters(cloud::Action::DescribeSubnets.wire_name(), filters),
+    )
+    .await
+    .items("subnetSet")
+    .into_iter()
+    .map(|s| (s.text_at("subnetId").to_string(), s.clone()))
+    .collect()
 }
 
 async fn subnet_ids(h: &Harness, filters: &[(&str, &[&str])]) -> Vec<String> {
@@ -1078,7 +1212,7 @@ async fn describe_subnets_in_a_secondary_cidr_and_another_az_with_tag_filters() 
     assert_eq!(free_count(&h, &s1).await, 251);
     let eni = h
         .ok(&[
-            ("Action", "CreateNetworkInterface"),
+            ("Action", cloud::Action::CreateNetworkInterface.wire_name()),
             ("SubnetId", &s1),
             ("SecondaryPrivateIpAddressCount", "4"),
         ])
@@ -1089,14 +1223,17 @@ async fn describe_subnets_in_a_secondary_cidr_and_another_az_with_tag_filters() 
     assert_eq!(e.text_at("availabilityZone"), "us-west-2a");
     assert_eq!(free_count(&h, &s1).await, 251 - 5);
     h.ok(&[
-        ("Action", "AssignPrivateIpAddresses"),
+        (
+            "Action",
+            cloud::Action::AssignPrivateIpAddresses.wire_name(),
+        ),
         ("NetworkInterfaceId", &eni_id),
         ("Ipv4PrefixCount", "1"),
     ])
     .await;
     assert_eq!(free_count(&h, &s1).await, 251 - 5 - 16);
     h.ok(&[
-        ("Action", "DeleteNetworkInterface"),
+        ("Action", cloud::Action::DeleteNetworkInterface.wire_name()),
         ("NetworkInterfaceId", &eni_id),
     ])
     .await;
@@ -1104,7 +1241,7 @@ async fn describe_subnets_in_a_secondary_cidr_and_another_az_with_tag_filters() 
 
     // CreateTags and DeleteTags on a subnet move it in and out of the tag filters.
     h.ok(&[
-        ("Action", "CreateTags"),
+        ("Action", cloud::Action::CreateTags.wire_name()),
         ("ResourceId.1", &s2),
         ("Tag.1.Key", "kubernetes.io/role/cni"),
         ("Tag.1.Value", "0"),
@@ -1122,7 +1259,7 @@ async fn describe_subnets_in_a_secondary_cidr_and_another_az_with_tag_filters() 
     );
     let x = h
         .ok(&[
-            ("Action", "DeleteTags"),
+            ("Action", cloud::Action::DeleteTags.wire_name()),
             ("ResourceId.1", &s2),
             ("ResourceId.2", &s1),
             ("Tag.1.Key", "kubernetes.io/role/cni"),
@@ -1138,11 +1275,16 @@ async fn describe_subnets_in_a_secondary_cidr_and_another_az_with_tag_filters() 
         cni,
         "only the tag with that value went"
     );
-    let (code, _) = h.err(&[("Action", "DeleteTags"), ("Tag.1.Key", "k")]).await;
+    let (code, _) = h
+        .err(&[
+            ("Action", cloud::Action::DeleteTags.wire_name()),
+            ("Tag.1.Key", "k"),
+        ])
+        .await;
     assert_eq!(code, "MissingParameter");
     let (code, _) = h
         .err(&[
-            ("Action", "DeleteTags"),
+            ("Action", cloud::Action::DeleteTags.wire_name()),
             ("ResourceId.1", "subnet-0123456789abcdef0"),
         ])
         .await;
@@ -1164,7 +1306,7 @@ async fn new_group(h: &Harness, name: &str) -> String {
     let vpc = h.sim.model().vpc().id.clone();
     let x = h
         .ok(&[
-            ("Action", "CreateSecurityGroup"),
+            ("Action", cloud::Action::CreateSecurityGroup.wire_name()),
             ("GroupName", name),
             ("GroupDescription", &format!("{name} of the pods")),
             ("VpcId", &vpc),
@@ -1228,13 +1370,16 @@ async fn security_groups_are_created_described_and_put_on_new_enis() {
             "InvalidParameterValue",
         ),
     ] {
-        let mut all = vec![("Action", "CreateSecurityGroup")];
+        let mut all = vec![("Action", cloud::Action::CreateSecurityGroup.wire_name())];
         all.extend(pairs.iter().copied());
         assert_eq!(h.err(&all).await.0, code, "{pairs:?}");
     }
 
     let x = h
-        .ok(&[("Action", "DescribeSecurityGroups"), ("GroupId.1", &g1)])
+        .ok(&[
+            ("Action", cloud::Action::DescribeSecurityGroups.wire_name()),
+            ("GroupId.1", &g1),
+        ])
         .await;
     let items = x.items("securityGroupInfo");
     assert_eq!(items.len(), 1);
@@ -1245,7 +1390,7 @@ async fn security_groups_are_created_described_and_put_on_new_enis() {
     assert_eq!(g.items("tagSet")[0].text_at("value"), "pods");
     assert!(g.items("ipPermissions").is_empty());
     let named = |filters: &[(&str, &[&str])]| {
-        let owned = with_filters("DescribeSecurityGroups", filters);
+        let owned = with_filters(cloud::Action::DescribeSecurityGroups.wire_name(), filters);
         let h = &h;
         async move {
             let mut v: Vec<String> = call_owned(h, &owned)
@@ -1266,7 +1411,7 @@ async fn security_groups_are_created_described_and_put_on_new_enis() {
     assert_eq!(named(&[("tag:team", &["pods-b"])]).await, ["pods-b"]);
     let x = h
         .ok(&[
-            ("Action", "DescribeSecurityGroups"),
+            ("Action", cloud::Action::DescribeSecurityGroups.wire_name()),
             ("GroupName.1", "default"),
         ])
         .await;
@@ -1280,7 +1425,10 @@ async fn security_groups_are_created_described_and_put_on_new_enis() {
         ("GroupName.1", "nope", "InvalidGroup.NotFound"),
     ] {
         let (got, _) = h
-            .err(&[("Action", "DescribeSecurityGroups"), (key, value)])
+            .err(&[
+                ("Action", cloud::Action::DescribeSecurityGroups.wire_name()),
+                (key, value),
+            ])
             .await;
         assert_eq!(got, code, "{key}={value}");
     }
@@ -1288,7 +1436,7 @@ async fn security_groups_are_created_described_and_put_on_new_enis() {
     // An ENI with both groups shows them, by id and name, and is found by either.
     let x = h
         .ok(&[
-            ("Action", "CreateNetworkInterface"),
+            ("Action", cloud::Action::CreateNetworkInterface.wire_name()),
             ("SubnetId", &subnet),
             ("SecurityGroupId.1", &g1),
             ("SecurityGroupId.2", &g2),
@@ -1314,7 +1462,10 @@ async fn security_groups_are_created_described_and_put_on_new_enis() {
     let eni = x.text_at("networkInterface/networkInterfaceId").to_string();
     let found = call_owned(
         &h,
-        &with_filters("DescribeNetworkInterfaces", &[("group-id", &[&g2])]),
+        &with_filters(
+            cloud::Action::DescribeNetworkInterfaces.wire_name(),
+            &[("group-id", &[&g2])],
+        ),
     )
     .await;
     let found = found.items("networkInterfaceSet");
@@ -1325,7 +1476,7 @@ async fn security_groups_are_created_described_and_put_on_new_enis() {
     let before = h.sim.model().enis().count();
     let (code, msg) = h
         .err(&[
-            ("Action", "CreateNetworkInterface"),
+            ("Action", cloud::Action::CreateNetworkInterface.wire_name()),
             ("SubnetId", &subnet),
             ("SecurityGroupId.1", &g1),
             ("SecurityGroupId.2", "sg-0123456789abcdef0"),
@@ -1395,11 +1546,22 @@ async fn admin_calls_count_every_request_by_action() {
     use axum::http::Request;
     use tower::ServiceExt;
     let h = Harness::basic();
-    h.ok(&[("Action", "DescribeNetworkInterfaces")]).await;
-    h.ok(&[("Action", "DescribeNetworkInterfaces")]).await;
+    h.ok(&[(
+        "Action",
+        cloud::Action::DescribeNetworkInterfaces.wire_name(),
+    )])
+    .await;
+    h.ok(&[(
+        "Action",
+        cloud::Action::DescribeNetworkInterfaces.wire_name(),
+    )])
+    .await;
     // Refused requests count too: a client that retries them is still calling EC2.
     h.err(&[
-        ("Action", "UnassignPrivateIpAddresses"),
+        (
+            "Action",
+            cloud::Action::UnassignPrivateIpAddresses.wire_name(),
+        ),
         ("NetworkInterfaceId", "eni-00000000000000000"),
         ("PrivateIpAddress.1", "10.0.0.9"),
     ])
@@ -1416,6 +1578,6 @@ async fn admin_calls_count_every_request_by_action() {
     let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
     assert_eq!(
         v,
-        serde_json::json!({"DescribeNetworkInterfaces": 2, "UnassignPrivateIpAddresses": 1, "-": 1})
+        serde_json::json!({cloud::Action::DescribeNetworkInterfaces.wire_name(): 2, cloud::Action::UnassignPrivateIpAddresses.wire_name(): 1, "-": 1})
     );
 }

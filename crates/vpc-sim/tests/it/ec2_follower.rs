@@ -47,7 +47,10 @@ async fn the_follower_sees_each_change_before_the_reply() {
     let (h, probe) = harness();
     let (_, eni) = h.instance(0);
     h.ok(&[
-        ("Action", "AssignPrivateIpAddresses"),
+        (
+            "Action",
+            cloud::Action::AssignPrivateIpAddresses.wire_name(),
+        ),
         ("NetworkInterfaceId", &eni),
         ("SecondaryPrivateIpAddressCount", "2"),
     ])
@@ -55,7 +58,10 @@ async fn the_follower_sees_each_change_before_the_reply() {
     assert_eq!(probe.lock().unwrap().seen, vec![3]);
     // A refused call changes nothing and is not followed.
     h.err(&[
-        ("Action", "AssignPrivateIpAddresses"),
+        (
+            "Action",
+            cloud::Action::AssignPrivateIpAddresses.wire_name(),
+        ),
         ("NetworkInterfaceId", &eni),
         ("SecondaryPrivateIpAddressCount", "50"),
     ])
@@ -70,7 +76,10 @@ async fn a_follower_failure_is_an_internal_error_and_the_change_is_rolled_back()
     probe.lock().unwrap().fail = true;
     let r = h
         .call(&[
-            ("Action", "AssignPrivateIpAddresses"),
+            (
+                "Action",
+                cloud::Action::AssignPrivateIpAddresses.wire_name(),
+            ),
             ("NetworkInterfaceId", &eni),
             ("SecondaryPrivateIpAddressCount", "2"),
         ])
@@ -89,7 +98,10 @@ async fn a_follower_failure_is_an_internal_error_and_the_change_is_rolled_back()
 
     probe.lock().unwrap().fail = false;
     h.ok(&[
-        ("Action", "AssignPrivateIpAddresses"),
+        (
+            "Action",
+            cloud::Action::AssignPrivateIpAddresses.wire_name(),
+        ),
         ("NetworkInterfaceId", &eni),
         ("SecondaryPrivateIpAddressCount", "2"),
     ])

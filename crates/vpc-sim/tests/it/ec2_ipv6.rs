@@ -64,7 +64,9 @@ fn texts(items: Vec<&common::Node>) -> Vec<String> {
 async fn subnets_show_their_64_and_enis_their_ipv6_in_ec2_shape() {
     let h = dual();
     let (_, eni) = h.instance(0);
-    let x = h.ok(&[("Action", "DescribeSubnets")]).await;
+    let x = h
+        .ok(&[("Action", cloud::Action::DescribeSubnets.wire_name())])
+        .await;
     let subnets = x.items("subnetSet");
     assert_eq!(subnets.len(), 2);
     for s in subnets {
@@ -88,7 +90,7 @@ async fn subnets_show_their_64_and_enis_their_ipv6_in_ec2_shape() {
     }
     let by_cidr = h
         .ok(&[
-            ("Action", "DescribeSubnets"),
+            ("Action", cloud::Action::DescribeSubnets.wire_name()),
             (
                 "Filter.1.Name",
                 "ipv6-cidr-block-association.ipv6-cidr-block",
@@ -102,7 +104,7 @@ async fn subnets_show_their_64_and_enis_their_ipv6_in_ec2_shape() {
 
     let got = h
         .ok(&[
-            ("Action", "AssignIpv6Addresses"),
+            ("Action", cloud::Action::AssignIpv6Addresses.wire_name()),
             ("NetworkInterfaceId", &eni),
             ("Ipv6PrefixCount", "1"),
         ])
@@ -117,7 +119,10 @@ async fn subnets_show_their_64_and_enis_their_ipv6_in_ec2_shape() {
 
     let x = h
         .ok(&[
-            ("Action", "DescribeNetworkInterfaces"),
+            (
+                "Action",
+                cloud::Action::DescribeNetworkInterfaces.wire_name(),
+            ),
             ("NetworkInterfaceId.1", &eni),
         ])
         .await;
@@ -131,7 +136,10 @@ async fn subnets_show_their_64_and_enis_their_ipv6_in_ec2_shape() {
     assert_eq!(prefixes[0].text_at("ipv6Prefix"), "2001:db8:5:1200:1::/80");
     let found = h
         .ok(&[
-            ("Action", "DescribeNetworkInterfaces"),
+            (
+                "Action",
+                cloud::Action::DescribeNetworkInterfaces.wire_name(),
+            ),
             ("Filter.1.Name", "ipv6-addresses.ipv6-address"),
             ("Filter.1.Value.1", "2001:db8:5:1200::4"),
         ])
@@ -139,7 +147,9 @@ async fn subnets_show_their_64_and_enis_their_ipv6_in_ec2_shape() {
     assert_eq!(found.items("networkInterfaceSet").len(), 1);
 
     // DescribeInstances writes the same sets into the instance's interfaces.
-    let x = h.ok(&[("Action", "DescribeInstances")]).await;
+    let x = h
+        .ok(&[("Action", cloud::Action::DescribeInstances.wire_name())])
+        .await;
     let inst = x.items("reservationSet")[0].items("instancesSet")[0];
     let nic = inst.items("networkInterfaceSet")[0];
     assert_eq!(nic.items("ipv6AddressesSet").len(), 1);
@@ -147,7 +157,7 @@ async fn subnets_show_their_64_and_enis_their_ipv6_in_ec2_shape() {
 
     let gone = h
         .ok(&[
-            ("Action", "UnassignIpv6Addresses"),
+            ("Action", cloud::Action::UnassignIpv6Addresses.wire_name()),
             ("NetworkInterfaceId", &eni),
             ("Ipv6Prefix.1", "2001:db8:5:1200:1::/80"),
             ("Ipv6Addresses.1", "2001:db8:5:1200::4"),
@@ -167,7 +177,7 @@ async fn subnets_show_their_64_and_enis_their_ipv6_in_ec2_shape() {
 /// AssignIpv6Addresses on `eni` with `extra`, expected to fail: (code, message).
 async fn assign_err(h: &Harness, eni: &str, extra: &[(&str, &str)]) -> (String, String) {
     let mut pairs = vec![
-        ("Action", "AssignIpv6Addresses"),
+        ("Action", cloud::Action::AssignIpv6Addresses.wire_name()),
         ("NetworkInterfaceId", eni),
     ];
     pairs.extend_from_slice(extra);
@@ -198,7 +208,7 @@ async fn ipv6_errors_over_http() {
     assert_eq!(code, "InvalidParameterValue");
     let (code, _) = h
         .err(&[
-            ("Action", "UnassignIpv6Addresses"),
+            ("Action", cloud::Action::UnassignIpv6Addresses.wire_name()),
             ("NetworkInterfaceId", &eni),
             ("Ipv6Addresses.1", "2001:db8:5:1200::77"),
         ])
@@ -210,18 +220,25 @@ async fn ipv6_errors_over_http() {
     let (_, eni4) = v4.instance(0);
     let (code, msg) = v4
         .err(&[
-            ("Action", "AssignIpv6Addresses"),
+            ("Action", cloud::Action::AssignIpv6Addresses.wire_name()),
             ("NetworkInterfaceId", &eni4),
             ("Ipv6PrefixCount", "1"),
         ])
         .await;
     assert_eq!(code, "InvalidParameterValue");
     assert!(msg.contains("no IPv6 CIDR"), "{msg}");
-    let x = v4.ok(&[("Action", "DescribeSubnets")]).await;
+    let x = v4
+        .ok(&[("Action", cloud::Action::DescribeSubnets.wire_name())])
+        .await;
     let s = x.items("subnetSet")[0];
     assert!(s.items("ipv6CidrBlockAssociationSet").is_empty());
     assert_eq!(s.text_at("assignIpv6AddressOnCreation"), "false");
-    let x = v4.ok(&[("Action", "DescribeNetworkInterfaces")]).await;
+    let x = v4
+        .ok(&[(
+            "Action",
+            cloud::Action::DescribeNetworkInterfaces.wire_name(),
+        )])
+        .await;
     let e = x.items("networkInterfaceSet")[0];
     assert!(e.items("ipv6AddressesSet").is_empty());
     assert!(e.child("ipv6PrefixSet").is_none());
@@ -239,7 +256,7 @@ async fn imds_serves_the_ipv6_paths_the_cni_reads() {
     );
     assert_eq!(imds(&h, &inst, &format!("{base}/ipv6-prefix")).await.0, 404);
     h.ok(&[
-        ("Action", "AssignIpv6Addresses"),
+        ("Action", cloud::Action::AssignIpv6Addresses.wire_name()),
         ("NetworkInterfaceId", &eni),
         ("Ipv6PrefixCount", "1"),
     ])
@@ -587,7 +604,7 @@ async fn ipamds_client_delegates_80s_reads_them_back_and_gives_them_back() {
     let e = ec2.assign_ipv6_prefixes(&eni, 4).await.unwrap_err();
     assert_eq!(e.code.as_deref(), Some("InvalidParameterValue"), "{e}");
     assert_eq!(e.kind, CloudErrorKind::Invalid, "{e}");
-    assert_eq!(e.api, "AssignIpv6Addresses");
+    assert_eq!(e.api, cloud::Action::AssignIpv6Addresses.wire_name());
     let now = &ec2
         .describe_network_interfaces(std::slice::from_ref(&eni))
         .await
@@ -608,7 +625,7 @@ async fn ipamds_client_delegates_80s_reads_them_back_and_gives_them_back() {
         .unassign_ipv6_prefixes(&eni, &nets(&["2001:db8:5:1200:77::/80"]))
         .await
         .unwrap_err();
-    assert_eq!(e.api, "UnassignIpv6Addresses");
+    assert_eq!(e.api, cloud::Action::UnassignIpv6Addresses.wire_name());
     assert_eq!(e.kind, CloudErrorKind::Invalid, "{e}");
     let e = ec2
         .assign_ipv6_prefixes("eni-0000000000000000f", 1)

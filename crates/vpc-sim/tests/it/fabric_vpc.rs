@@ -88,7 +88,10 @@ impl Vpc {
     /// CreateNetworkInterface in subnet `s`: (id, MAC, primary address).
     fn create_eni_in(&self, s: usize) -> (String, String, Ipv4Addr) {
         let subnet = self.f.subnets[s].id.clone();
-        let x = self.ok(&[("Action", "CreateNetworkInterface"), ("SubnetId", &subnet)]);
+        let x = self.ok(&[
+            ("Action", cloud::Action::CreateNetworkInterface.wire_name()),
+            ("SubnetId", &subnet),
+        ]);
         let e = x.at("networkInterface");
         (
             e.text_at("networkInterfaceId").to_string(),
@@ -102,7 +105,7 @@ impl Vpc {
         let inst = self.f.nodes[i].instance_id.clone();
         let d = device.to_string();
         self.ok(&[
-            ("Action", "AttachNetworkInterface"),
+            ("Action", cloud::Action::AttachNetworkInterface.wire_name()),
             ("NetworkInterfaceId", eni),
             ("InstanceId", &inst),
             ("DeviceIndex", &d),
@@ -113,7 +116,7 @@ impl Vpc {
 
     fn detach(&self, attachment: &str) {
         self.ok(&[
-            ("Action", "DetachNetworkInterface"),
+            ("Action", cloud::Action::DetachNetworkInterface.wire_name()),
             ("AttachmentId", attachment),
         ]);
     }
@@ -122,7 +125,10 @@ impl Vpc {
     fn assign(&self, eni: &str, n: u32) -> Vec<Ipv4Addr> {
         let n = n.to_string();
         let x = self.ok(&[
-            ("Action", "AssignPrivateIpAddresses"),
+            (
+                "Action",
+                cloud::Action::AssignPrivateIpAddresses.wire_name(),
+            ),
             ("NetworkInterfaceId", eni),
             ("SecondaryPrivateIpAddressCount", &n),
         ]);
@@ -422,7 +428,10 @@ fn an_attached_eni_is_hot_plugged_with_its_delivery_and_unplugged_on_detach() {
         v.assert_delivered(*a, "n1d1", &mac);
     }
     v.ok(&[
-        ("Action", "UnassignPrivateIpAddresses"),
+        (
+            "Action",
+            cloud::Action::UnassignPrivateIpAddresses.wire_name(),
+        ),
         ("NetworkInterfaceId", &eni),
         ("PrivateIpAddress.1", &added[0].to_string()),
     ]);
@@ -514,7 +523,10 @@ fn a_fabric_failure_fails_the_call_and_leaves_ec2_unchanged() {
     // Removing eth1 behind the simulator's back takes the VPC side along.
     ip(&["-n", &node, "link", "del", "eth1"]);
     let (status, x) = v.call(&[
-        ("Action", "AssignPrivateIpAddresses"),
+        (
+            "Action",
+            cloud::Action::AssignPrivateIpAddresses.wire_name(),
+        ),
         ("NetworkInterfaceId", &eni),
         ("SecondaryPrivateIpAddressCount", "1"),
     ]);
@@ -522,7 +534,10 @@ fn a_fabric_failure_fails_the_call_and_leaves_ec2_unchanged() {
     assert_eq!(x.text_at("Errors/Error/Code"), "InternalError");
     assert!(v.sim.log().contains("FABRIC FAILURE"), "{}", v.sim.log());
     let x = v.ok(&[
-        ("Action", "DescribeNetworkInterfaces"),
+        (
+            "Action",
+            cloud::Action::DescribeNetworkInterfaces.wire_name(),
+        ),
         ("NetworkInterfaceId.1", &eni),
     ]);
     let sets = x.items("networkInterfaceSet");
@@ -581,7 +596,7 @@ fn an_eni_in_a_secondary_cidr_of_another_az_carries_traffic_to_a_node_and_the_ou
     // EC2 attaches an ENI to an instance of its own AZ only.
     let inst1 = v.f.nodes[0].instance_id.clone();
     let (status, x) = v.call(&[
-        ("Action", "AttachNetworkInterface"),
+        ("Action", cloud::Action::AttachNetworkInterface.wire_name()),
         ("NetworkInterfaceId", &eni),
         ("InstanceId", &inst1),
         ("DeviceIndex", "1"),
@@ -727,7 +742,7 @@ impl Vpc {
     /// AssignIpv6Addresses with Ipv6PrefixCount=1: the new /80.
     fn delegate_80(&self, eni: &str) -> ipnetwork::Ipv6Network {
         let x = self.ok(&[
-            ("Action", "AssignIpv6Addresses"),
+            ("Action", cloud::Action::AssignIpv6Addresses.wire_name()),
             ("NetworkInterfaceId", eni),
             ("Ipv6PrefixCount", "1"),
         ]);
@@ -738,7 +753,7 @@ impl Vpc {
 
     fn take_back_80(&self, eni: &str, prefix: ipnetwork::Ipv6Network) {
         self.ok(&[
-            ("Action", "UnassignIpv6Addresses"),
+            ("Action", cloud::Action::UnassignIpv6Addresses.wire_name()),
             ("NetworkInterfaceId", eni),
             ("Ipv6Prefix.1", &prefix.to_string()),
         ]);
@@ -916,7 +931,10 @@ fn a_hot_plugged_eni_brings_its_ipv6_delivery_and_rules_and_detach_takes_them() 
     let (vpc, node) = (v.vpc(), v.node(0));
     let (eni, mac, _) = v.create_eni();
     let x = v.ok(&[
-        ("Action", "DescribeNetworkInterfaces"),
+        (
+            "Action",
+            cloud::Action::DescribeNetworkInterfaces.wire_name(),
+        ),
         ("NetworkInterfaceId.1", &eni),
     ]);
     let sets = x.items("networkInterfaceSet");

@@ -92,7 +92,10 @@ fn error_of(r: &Reply) -> (u16, String, String) {
 
 fn assign(eni: &str) -> Vec<(&str, &str)> {
     vec![
-        ("Action", "AssignPrivateIpAddresses"),
+        (
+            "Action",
+            cloud::Action::AssignPrivateIpAddresses.wire_name(),
+        ),
         ("NetworkInterfaceId", eni),
         ("SecondaryPrivateIpAddressCount", "1"),
     ]
@@ -121,9 +124,15 @@ async fn throttling_is_503_request_limit_exceeded_and_changes_nothing() {
     let r = report(&h).await;
     assert_eq!(r["injected"]["eligible"], 3);
     assert_eq!(r["injected"]["throttle"], 3);
-    assert_eq!(r["by_action"]["AssignPrivateIpAddresses"]["throttle"], 3);
+    assert_eq!(
+        r["by_action"][cloud::Action::AssignPrivateIpAddresses.wire_name()]["throttle"],
+        3
+    );
     // Faulted requests are still requests: /_sim/calls counts them.
-    assert_eq!(calls(&h).await["AssignPrivateIpAddresses"], 3);
+    assert_eq!(
+        calls(&h).await[cloud::Action::AssignPrivateIpAddresses.wire_name()],
+        3
+    );
 }
 
 #[tokio::test]
@@ -160,7 +169,7 @@ async fn a_dropped_call_has_no_answer_and_changes_nothing_but_drop_after_applies
     let h = Harness::basic();
     let subnet = h.subnet(0);
     let create = [
-        ("Action", "CreateNetworkInterface"),
+        ("Action", cloud::Action::CreateNetworkInterface.wire_name()),
         ("SubnetId", subnet.as_str()),
     ];
     let before = snapshot(&h);
@@ -185,7 +194,10 @@ async fn a_dropped_call_has_no_answer_and_changes_nothing_but_drop_after_applies
         ),
         (Some(1), Some(1))
     );
-    assert_eq!(calls(&h).await["CreateNetworkInterface"], 2);
+    assert_eq!(
+        calls(&h).await[cloud::Action::CreateNetworkInterface.wire_name()],
+        2
+    );
 }
 
 #[tokio::test]
@@ -214,7 +226,12 @@ async fn an_empty_plan_turns_faults_off_and_counters_carry_on() {
     );
     // All zeros is off too.
     put_plan(&h, json!({"throttle_pct": 0, "drop_pct": 0})).await;
-    let r = call(&h, &[("Action", "DescribeSubnets")]).await.unwrap();
+    let r = call(
+        &h,
+        &[("Action", cloud::Action::DescribeSubnets.wire_name())],
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(report(&h).await["injected"]["eligible"], 1);
 }
@@ -226,10 +243,13 @@ async fn thirty_percent_run(seed: u64) -> Vec<u16> {
     let mut statuses = Vec::new();
     for _ in 0..400 {
         statuses.push(
-            call(&h, &[("Action", "DescribeSubnets")])
-                .await
-                .unwrap()
-                .status,
+            call(
+                &h,
+                &[("Action", cloud::Action::DescribeSubnets.wire_name())],
+            )
+            .await
+            .unwrap()
+            .status,
         );
     }
     let throttled = statuses.iter().filter(|s| **s == 503).count() as u64;
@@ -295,11 +315,16 @@ async fn the_actions_filter_limits_faults_to_the_named_actions_and_imds_is_never
     let (inst, eni) = h.instance(0);
     put_plan(
         &h,
-        json!({"throttle_pct": 100, "actions": ["AssignPrivateIpAddresses", "CreateTags"]}),
+        json!({"throttle_pct": 100, "actions": [cloud::Action::AssignPrivateIpAddresses.wire_name(), cloud::Action::CreateTags.wire_name()]}),
     )
     .await;
     for _ in 0..4 {
-        let r = call(&h, &[("Action", "DescribeInstances")]).await.unwrap();
+        let r = call(
+            &h,
+            &[("Action", cloud::Action::DescribeInstances.wire_name())],
+        )
+        .await
+        .unwrap();
         assert_eq!(r.status, 200);
         let r = call(&h, &assign(&eni)).await.unwrap();
         assert_eq!(r.status, 503);
@@ -308,12 +333,12 @@ async fn the_actions_filter_limits_faults_to_the_named_actions_and_imds_is_never
     assert_eq!(r["injected"]["throttle"], 4);
     assert_eq!(
         r["by_action"],
-        json!({"AssignPrivateIpAddresses": {"eligible": 4, "throttle": 4, "server_error": 0,
+        json!({cloud::Action::AssignPrivateIpAddresses.wire_name(): {"eligible": 4, "throttle": 4, "server_error": 0,
                "slow": 0, "drop": 0, "drop_after": 0}})
     );
     assert_eq!(
         calls(&h).await,
-        json!({"DescribeInstances": 4, "AssignPrivateIpAddresses": 4})
+        json!({cloud::Action::DescribeInstances.wire_name(): 4, cloud::Action::AssignPrivateIpAddresses.wire_name(): 4})
     );
 
     put_plan(&h, json!({"drop_pct": 100})).await;
@@ -382,7 +407,10 @@ async fn a_dropped_connection_gets_not_one_byte_of_a_response() {
     }
     assert!(got.is_empty(), "got {:?}", String::from_utf8_lossy(&got));
     assert_eq!(snapshot(&h), before);
-    assert_eq!(calls(&h).await["CreateNetworkInterface"], 1);
+    assert_eq!(
+        calls(&h).await[cloud::Action::CreateNetworkInterface.wire_name()],
+        1
+    );
 }
 
 #[tokio::test]
@@ -393,7 +421,7 @@ async fn the_sdk_sees_ec2_throttling_retries_it_and_ipamd_classifies_it_throttle
     let before = snapshot(&h);
     put_plan(
         &h,
-        json!({"throttle_pct": 100, "actions": ["AssignPrivateIpAddresses"]}),
+        json!({"throttle_pct": 100, "actions": [cloud::Action::AssignPrivateIpAddresses.wire_name()]}),
     )
     .await;
 
@@ -430,7 +458,10 @@ async fn the_sdk_sees_ec2_throttling_retries_it_and_ipamd_classifies_it_throttle
         .await
         .unwrap_err();
     assert_eq!(e.kind, CloudErrorKind::Throttled, "{e}");
-    assert_eq!(calls(&h).await["AssignPrivateIpAddresses"], 5);
+    assert_eq!(
+        calls(&h).await[cloud::Action::AssignPrivateIpAddresses.wire_name()],
+        5
+    );
     assert_eq!(report(&h).await["injected"]["throttle"], 5);
     // Other actions pass.
     let ec2 = AwsEc2::from_client(raw);
@@ -525,7 +556,10 @@ async fn the_sdk_sees_a_dropped_connection_as_a_dispatch_failure() {
         2,
         "the primary ENI and the one created before the drop"
     );
-    assert_eq!(calls(&h).await["CreateNetworkInterface"], 2);
+    assert_eq!(
+        calls(&h).await[cloud::Action::CreateNetworkInterface.wire_name()],
+        2
+    );
 }
 
 #[test]
@@ -536,7 +570,7 @@ fn the_binary_takes_a_plan_from_flags_and_refuses_a_bad_one() {
             "--fault-throttle-pct",
             "100",
             "--fault-actions",
-            "DescribeInstances",
+            cloud::Action::DescribeInstances.wire_name(),
             "--fault-seed",
             "5",
         ],
@@ -567,7 +601,10 @@ fn the_binary_takes_a_plan_from_flags_and_refuses_a_bad_one() {
     assert_eq!(status, 200);
     let r: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(r["plan"]["throttle_pct"], 100.0);
-    assert_eq!(r["plan"]["actions"], json!(["DescribeInstances"]));
+    assert_eq!(
+        r["plan"]["actions"],
+        json!([cloud::Action::DescribeInstances.wire_name()])
+    );
     assert_eq!(r["plan"]["seed"], 5);
     let (status, body) = post("Action=DescribeInstances&Version=2016-11-15");
     assert_eq!(status, 503);
@@ -585,7 +622,7 @@ fn the_binary_takes_a_plan_from_flags_and_refuses_a_bad_one() {
     assert_eq!(post("Action=DescribeInstances&Version=2016-11-15").0, 200);
     let (_, body) = get("/_sim/calls");
     let c: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(c["DescribeInstances"], 2);
+    assert_eq!(c[cloud::Action::DescribeInstances.wire_name()], 2);
     assert!(sim.terminate().success(), "{}", sim.log());
 
     let mut bad = SimProcess::start(&testkit::unique("ft"), &["--fault-throttle-pct", "120"]);
@@ -601,8 +638,8 @@ fn the_binary_takes_a_plan_from_flags_and_refuses_a_bad_one() {
 #[tokio::test]
 async fn every_action_a_plan_may_name_is_served() {
     let h = Harness::basic();
-    for action in vpc_sim::ec2::ACTIONS {
-        let r = call(&h, &[("Action", action)]).await.unwrap();
+    for action in cloud::Action::ALL {
+        let r = call(&h, &[("Action", action.wire_name())]).await.unwrap();
         assert!(!r.body.contains("InvalidAction"), "{action}: {}", r.body);
     }
     let r = call(&h, &[("Action", "RunInstances")]).await.unwrap();

@@ -218,7 +218,10 @@ async fn metadata_paths() {
 
     let ec2 = h
         .ok(&[
-            ("Action", "AssignPrivateIpAddresses"),
+            (
+                "Action",
+                cloud::Action::AssignPrivateIpAddresses.wire_name(),
+            ),
             ("NetworkInterfaceId", &eni),
             ("SecondaryPrivateIpAddressCount", "2"),
         ])
@@ -237,7 +240,10 @@ async fn metadata_paths() {
     );
     let ec2 = h
         .ok(&[
-            ("Action", "AssignPrivateIpAddresses"),
+            (
+                "Action",
+                cloud::Action::AssignPrivateIpAddresses.wire_name(),
+            ),
             ("NetworkInterfaceId", &eni),
             ("Ipv4PrefixCount", "1"),
         ])
@@ -345,7 +351,7 @@ async fn imds_lags_behind_ec2() {
     let subnet = h.subnet(0);
     let x = h
         .ok(&[
-            ("Action", "CreateNetworkInterface"),
+            ("Action", cloud::Action::CreateNetworkInterface.wire_name()),
             ("SubnetId", &subnet),
             ("SecondaryPrivateIpAddressCount", "2"),
         ])
@@ -353,7 +359,7 @@ async fn imds_lags_behind_ec2() {
     let eni = x.text_at("networkInterface/networkInterfaceId").to_string();
     let mac = x.text_at("networkInterface/macAddress").to_string();
     h.ok(&[
-        ("Action", "AttachNetworkInterface"),
+        ("Action", cloud::Action::AttachNetworkInterface.wire_name()),
         ("NetworkInterfaceId", &eni),
         ("InstanceId", &inst),
         ("DeviceIndex", "1"),
@@ -361,7 +367,10 @@ async fn imds_lags_behind_ec2() {
     .await;
     let new_ip = h
         .ok(&[
-            ("Action", "AssignPrivateIpAddresses"),
+            (
+                "Action",
+                cloud::Action::AssignPrivateIpAddresses.wire_name(),
+            ),
             ("NetworkInterfaceId", &primary),
             ("SecondaryPrivateIpAddressCount", "1"),
         ])
@@ -375,7 +384,10 @@ async fn imds_lags_behind_ec2() {
     // EC2 already reports both changes; IMDS does not yet.
     let x = h
         .ok(&[
-            ("Action", "DescribeNetworkInterfaces"),
+            (
+                "Action",
+                cloud::Action::DescribeNetworkInterfaces.wire_name(),
+            ),
             ("NetworkInterfaceId.1", &eni),
         ])
         .await;

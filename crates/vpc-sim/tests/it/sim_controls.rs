@@ -80,7 +80,10 @@ fn error_of(r: &Reply) -> (u16, String, String) {
 
 fn assign(eni: &str) -> Vec<(&str, &str)> {
     vec![
-        ("Action", "AssignPrivateIpAddresses"),
+        (
+            "Action",
+            cloud::Action::AssignPrivateIpAddresses.wire_name(),
+        ),
         ("NetworkInterfaceId", eni),
         ("SecondaryPrivateIpAddressCount", "1"),
     ]
@@ -99,10 +102,20 @@ async fn a_denied_action_answers_403_unauthorized_operation_and_leaves_the_model
     let h = Harness::basic();
     let (_, eni) = h.instance(0);
     let before = snapshot(&h);
-    let r = deny(&h, &["AssignPrivateIpAddresses", "CreateTags"]).await;
+    let r = deny(
+        &h,
+        &[
+            cloud::Action::AssignPrivateIpAddresses.wire_name(),
+            cloud::Action::CreateTags.wire_name(),
+        ],
+    )
+    .await;
     assert_eq!(
         r["policy"]["deny"],
-        json!(["AssignPrivateIpAddresses", "CreateTags"])
+        json!([
+            cloud::Action::AssignPrivateIpAddresses.wire_name(),
+            cloud::Action::CreateTags.wire_name()
+        ])
     );
     assert_eq!(r["denied"], 0);
     for _ in 0..2 {
@@ -112,21 +125,28 @@ async fn a_denied_action_answers_403_unauthorized_operation_and_leaves_the_model
             (
                 403,
                 "UnauthorizedOperation".to_string(),
-                denial("AssignPrivateIpAddresses")
+                denial(cloud::Action::AssignPrivateIpAddresses.wire_name())
             )
         );
     }
     assert_eq!(snapshot(&h), before);
     // Actions the policy does not name go on as usual.
-    h.ok(&[("Action", "DescribeInstances")]).await;
+    h.ok(&[("Action", cloud::Action::DescribeInstances.wire_name())])
+        .await;
 
     let r = iam(&h).await;
     assert_eq!(r["denied"], 2);
-    assert_eq!(r["by_action"], json!({"AssignPrivateIpAddresses": 2}));
+    assert_eq!(
+        r["by_action"],
+        json!({cloud::Action::AssignPrivateIpAddresses.wire_name(): 2})
+    );
     // Denied calls are requests received like any other.
     let calls: Value =
         serde_json::from_str(&admin(&h, "GET", "/_sim/calls", "").await.body).unwrap();
-    assert_eq!(calls["AssignPrivateIpAddresses"], 2);
+    assert_eq!(
+        calls[cloud::Action::AssignPrivateIpAddresses.wire_name()],
+        2
+    );
 
     // Allowed again, the call gets exactly what it would have got had the denials never been:
     // they drew nothing from the model (ids, addresses, request ids).
@@ -134,7 +154,8 @@ async fn a_denied_action_answers_403_unauthorized_operation_and_leaves_the_model
     assert_eq!(r["policy"]["deny"], json!([]));
     assert_eq!(r["denied"], 2, "counters survive a new policy");
     let twin = Harness::basic();
-    twin.ok(&[("Action", "DescribeInstances")]).await;
+    twin.ok(&[("Action", cloud::Action::DescribeInstances.wire_name())])
+        .await;
     let got = h.call(&assign(&eni)).await;
     let want = twin.call(&assign(&eni)).await;
     assert_eq!(got.status, 200, "{}", got.body);
@@ -146,7 +167,7 @@ async fn the_sdk_sees_the_denial_does_not_retry_it_and_ipamd_classifies_it_unaut
     let h = Harness::basic();
     let (_, eni) = h.instance(0);
     let endpoint = h.serve().await;
-    deny(&h, &["AssignPrivateIpAddresses"]).await;
+    deny(&h, &[cloud::Action::AssignPrivateIpAddresses.wire_name()]).await;
 
     let raw = sdk_client(&endpoint, RetryConfig::disabled());
     let e = raw
@@ -158,7 +179,7 @@ async fn the_sdk_sees_the_denial_does_not_retry_it_and_ipamd_classifies_it_unaut
         .unwrap_err();
     assert_eq!(e.raw_response().map(|r| r.status().as_u16()), Some(403));
     assert_eq!(e.code(), Some("UnauthorizedOperation"));
-    let denied = denial("AssignPrivateIpAddresses");
+    let denied = denial(cloud::Action::AssignPrivateIpAddresses.wire_name());
     assert_eq!(e.message(), Some(denied.as_str()));
 
     // A permission error is not transient: the SDK's retryer makes one attempt only.
@@ -181,9 +202,9 @@ async fn the_sdk_sees_the_denial_does_not_retry_it_and_ipamd_classifies_it_unaut
 async fn the_permission_is_checked_before_dry_run() {
     let h = Harness::basic();
     let (inst, eni) = h.instance(0);
-    deny(&h, &["CreateTags"]).await;
+    deny(&h, &[cloud::Action::CreateTags.wire_name()]).await;
     let tag = [
-        ("Action", "CreateTags"),
+        ("Action", cloud::Action::CreateTags.wire_name()),
         ("ResourceId.1", eni.as_str()),
         ("Tag.1.Key", "k"),
         ("Tag.1.Value", "v"),
@@ -194,12 +215,12 @@ async fn the_permission_is_checked_before_dry_run() {
         (
             403,
             "UnauthorizedOperation".to_string(),
-            denial("CreateTags")
+            denial(cloud::Action::CreateTags.wire_name())
         )
     );
     let r = h
         .call(&[
-            ("Action", "DescribeInstances"),
+            ("Action", cloud::Action::DescribeInstances.wire_name()),
             ("InstanceId.1", inst.as_str()),
             ("DryRun", "true"),
         ])
@@ -218,7 +239,8 @@ async fn the_permission_is_checked_before_dry_run() {
 #[tokio::test]
 async fn a_bad_policy_is_refused_with_400_naming_the_problem_and_the_old_one_stays() {
     let h = Harness::basic();
-    let good = deny(&h, &["DetachNetworkInterface"]).await["policy"].clone();
+    let good =
+        deny(&h, &[cloud::Action::DetachNetworkInterface.wire_name()]).await["policy"].clone();
     for (body, needle) in [
         (
             r#"{"deny": ["AssignPrivateIpAddress"]}"#,
@@ -261,7 +283,7 @@ async fn denial_applies_with_a_follower_and_it_is_not_asked_to_follow() {
     let h = Harness::with_follower(topology("t3.medium", &["10.0.0.0/24"], 1), follower);
     let (_, eni) = h.instance(0);
     let before = snapshot(&h);
-    deny(&h, &["AssignPrivateIpAddresses"]).await;
+    deny(&h, &[cloud::Action::AssignPrivateIpAddresses.wire_name()]).await;
     assert_eq!(error_of(&h.call(&assign(&eni)).await).0, 403);
     assert_eq!(probe.lock().unwrap().follows, 0);
     assert_eq!(snapshot(&h), before);
@@ -330,7 +352,10 @@ async fn frozen_imds_keeps_the_old_addresses_until_unfrozen() {
     // EC2 has it, IMDS does not: the stale IMDS a node meets.
     let x = h
         .ok(&[
-            ("Action", "DescribeNetworkInterfaces"),
+            (
+                "Action",
+                cloud::Action::DescribeNetworkInterfaces.wire_name(),
+            ),
             ("NetworkInterfaceId.1", &eni),
         ])
         .await;
@@ -356,7 +381,10 @@ async fn frozen_imds_keeps_the_old_addresses_until_unfrozen() {
     // Stale the other way too: an address EC2 took away stays in a frozen IMDS.
     freeze(&h, true).await;
     h.ok(&[
-        ("Action", "UnassignPrivateIpAddresses"),
+        (
+            "Action",
+            cloud::Action::UnassignPrivateIpAddresses.wire_name(),
+        ),
         ("NetworkInterfaceId", &eni),
         ("PrivateIpAddress.1", &new_ip),
     ])
@@ -376,12 +404,15 @@ async fn frozen_imds_hides_a_new_eni_and_unfreezing_returns_to_the_lagged_view()
     h.clock.advance(10_000);
     let subnet = h.subnet(0);
     let x = h
-        .ok(&[("Action", "CreateNetworkInterface"), ("SubnetId", &subnet)])
+        .ok(&[
+            ("Action", cloud::Action::CreateNetworkInterface.wire_name()),
+            ("SubnetId", &subnet),
+        ])
         .await;
     let eni = x.text_at("networkInterface/networkInterfaceId").to_string();
     let mac = x.text_at("networkInterface/macAddress").to_string();
     h.ok(&[
-        ("Action", "AttachNetworkInterface"),
+        ("Action", cloud::Action::AttachNetworkInterface.wire_name()),
         ("NetworkInterfaceId", &eni),
         ("InstanceId", &inst),
         ("DeviceIndex", "1"),
@@ -398,7 +429,10 @@ async fn frozen_imds_hides_a_new_eni_and_unfreezing_returns_to_the_lagged_view()
     // Unfrozen, the lag applies again to what comes next.
     let x = h
         .ok(&[
-            ("Action", "AssignPrivateIpAddresses"),
+            (
+                "Action",
+                cloud::Action::AssignPrivateIpAddresses.wire_name(),
+            ),
             ("NetworkInterfaceId", &eni),
             ("SecondaryPrivateIpAddressCount", "1"),
         ])

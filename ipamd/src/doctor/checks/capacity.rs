@@ -293,7 +293,10 @@ mod tests {
         let pool = f.ipamd.pool.as_mut().unwrap();
         pool.growth_paused = true;
         pool.last_error = Some("InsufficientFreeAddressesInSubnet".into());
-        f.ipamd.metrics = Ok("awscni_aws_api_error_count{api=\"AssignPrivateIpAddresses\",error=\"RequestLimitExceeded\"} 3\n".into());
+        f.ipamd.metrics = Ok(format!(
+            "awscni_aws_api_error_count{{api=\"{}\",error=\"RequestLimitExceeded\"}} 3\n",
+            cloud::Action::AssignPrivateIpAddresses
+        ));
         let found = check(&f);
         let g = found.iter().find(|x| x.check == "growth").unwrap();
         assert_eq!(g.severity, Severity::Warning);

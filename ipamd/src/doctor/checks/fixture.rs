@@ -7,7 +7,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
 use cloud::{
-    Attachment, EniMetadata, InstanceLimits, NetworkInterface, NodeIdentity, Permission, Subnet,
+    Action, Attachment, EniMetadata, InstanceLimits, NetworkInterface, NodeIdentity, Permission,
+    Subnet,
 };
 use introspect::json::{
     CidrInfo, Eni, EniInfos, IpNet, PodEntry, PoolLimits, PoolStatus, PoolTargets, PoolTotals,
@@ -285,9 +286,9 @@ pub fn healthy() -> Facts {
         }),
         identity: Ok(identity),
         permissions: vec![
-            ("DescribeNetworkInterfaces", Permission::Allowed),
-            ("CreateNetworkInterface", Permission::Allowed),
-            ("DescribeInstanceTypes", Permission::Allowed),
+            (Action::DescribeNetworkInterfaces, Permission::Allowed),
+            (Action::CreateNetworkInterface, Permission::Allowed),
+            (Action::DescribeInstanceTypes, Permission::Allowed),
         ],
         ipamd: Ipamd {
             socket: socket.clone(),

@@ -1,6 +1,6 @@
 //! Identity and reach: IMDS, the instance type's limits, EC2, and the IAM permissions.
 
-use cloud::Permission;
+use cloud::{Action, Permission};
 
 use super::super::facts::LimitsSource;
 use super::super::{Facts, Finding, Group, Severity};
@@ -11,9 +11,11 @@ const G: Group = Group::Identity;
 const RECENT_DENIAL: u64 = 600;
 
 /// The actions whose denial only matters in IPv6 mode or when the table lacks the type.
-fn needed(facts: &Facts, action: &str) -> bool {
+fn needed(facts: &Facts, action: Action) -> bool {
     match action {
-        "DescribeInstanceTypes" => matches!(facts.limits, Ok((_, LimitsSource::Ec2)) | Err(_)),
+        Action::DescribeInstanceTypes => {
+            matches!(facts.limits, Ok((_, LimitsSource::Ec2)) | Err(_))
+        }
         _ => true,
     }
 }
@@ -54,7 +56,7 @@ pub(super) fn check(facts: &Facts) -> Vec<Finding> {
                 l.ipv4_per_eni,
                 match source {
                     LimitsSource::Table => "ipamd's built-in table",
-                    LimitsSource::Ec2 => "DescribeInstanceTypes",
+                    LimitsSource::Ec2 => Action::DescribeInstanceTypes.wire_name(),
                 }
             ),
         ),
@@ -84,7 +86,7 @@ pub(super) fn check(facts: &Facts) -> Vec<Finding> {
             Permission::Allowed => {}
             Permission::Denied(message) => {
                 denied += 1;
-                let severity = if needed(facts, action) {
+                let severity = if needed(facts, *action) {
                     Severity::Error
                 } else {
                     Severity::Warning
@@ -148,7 +150,11 @@ pub(super) fn check(facts: &Facts) -> Vec<Finding> {
         );
     }
     if denied == 0 && unknown.is_empty() && !facts.permissions.is_empty() {
-        let actions: Vec<&str> = facts.permissions.iter().map(|(a, _)| *a).collect();
+        let actions: Vec<&str> = facts
+            .permissions
+            .iter()
+            .map(|(a, _)| a.wire_name())
+            .collect();
         out.push(Finding::new(
             "iam",
             G,
@@ -172,7 +178,7 @@ mod tests {
     fn a_denied_permission_is_an_error_naming_the_action() {
         let mut f = healthy();
         f.permissions[1].1 = Permission::Denied("not authorized".into());
-        let action = f.permissions[1].0;
+        let action = f.permissions[1].0.wire_name();
         let found = check(&f);
         let iam: Vec<_> = found.iter().filter(|x| x.check == "iam").collect();
         assert_eq!(iam.len(), 1);
@@ -187,7 +193,7 @@ mod tests {
         let i = f
             .permissions
             .iter()
-            .position(|(a, _)| *a == "DescribeInstanceTypes")
+            .position(|(a, _)| *a == Action::DescribeInstanceTypes)
             .unwrap();
         f.permissions[i].1 = Permission::Denied("no".into());
         let sev = |f: &Facts| {
@@ -197,15 +203,15 @@ mod tests {
                 .map(|x| x.severity)
         };
         assert_eq!(sev(&f), Some(Severity::Warning));
-        f.limits = Err("DescribeInstanceTypes: denied".into());
+        f.limits = Err(format!("{}: denied", Action::DescribeInstanceTypes));
         assert_eq!(sev(&f), Some(Severity::Error));
     }
 
     #[test]
     fn recent_refusals_of_calls_without_dry_run_are_named() {
         let mut f = healthy();
-        let refused = |api: &str, seconds_ago: u64| Ec2RefusalEntry {
-            api: api.into(),
+        let refused = |api: Action, seconds_ago: u64| Ec2RefusalEntry {
+            api: api.to_string(),
             code: "UnauthorizedOperation".into(),
             message: "You are not authorized to perform this operation.".into(),
             count: 1,
@@ -213,18 +219,27 @@ mod tests {
             seconds_ago,
         };
         f.ipamd.refusals = Ok(vec![
-            refused("AssignPrivateIpAddresses", 30),
-            refused("UnassignPrivateIpAddresses", 3600),
+            refused(Action::AssignPrivateIpAddresses, 30),
+            refused(Action::UnassignPrivateIpAddresses, 3600),
             // Probed by DryRun, which tells the present: ipamd's past refusal is not repeated.
-            refused("CreateNetworkInterface", 30),
+            refused(Action::CreateNetworkInterface, 30),
         ]);
         let found = check(&f);
         let iam: Vec<_> = found.iter().filter(|x| x.check == "iam").collect();
         assert_eq!(iam.len(), 2, "{iam:#?}");
         assert_eq!(iam[0].severity, Severity::Error);
-        assert!(iam[0].evidence.contains("AssignPrivateIpAddresses") && iam[0].fix.is_some());
+        assert!(
+            iam[0]
+                .evidence
+                .contains(Action::AssignPrivateIpAddresses.wire_name())
+                && iam[0].fix.is_some()
+        );
         assert_eq!(iam[1].severity, Severity::Info);
-        assert!(iam[1].evidence.contains("UnassignPrivateIpAddresses"));
+        assert!(
+            iam[1]
+                .evidence
+                .contains(Action::UnassignPrivateIpAddresses.wire_name())
+        );
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! AssignPrivateIpAddresses, UnassignPrivateIpAddresses.
 
+use cloud::Action;
+
 use std::net::Ipv4Addr;
 
 use ipnetwork::Ipv4Network;
@@ -45,7 +47,7 @@ pub fn assign(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
     };
     let got = cx.model.assign_private_ips(eni, req, cx.now_ms)?;
     Ok(Xml::response(
-        "AssignPrivateIpAddresses",
+        Action::AssignPrivateIpAddresses,
         cx.request_id,
         |x| {
             x.leaf("networkInterfaceId", eni);
@@ -69,5 +71,5 @@ pub fn unassign(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
         return Err(Ec2Error::missing("PrivateIpAddress or Ipv4Prefix"));
     }
     cx.model.unassign_private_ips(eni, &ips, &prefixes)?;
-    Ok(ok_return("UnassignPrivateIpAddresses", cx.request_id))
+    Ok(ok_return(Action::UnassignPrivateIpAddresses, cx.request_id))
 }

@@ -1,5 +1,7 @@
 //! AssignIpv6Addresses, UnassignIpv6Addresses.
 
+use cloud::Action;
+
 use std::net::Ipv6Addr;
 
 use ipnetwork::Ipv6Network;
@@ -44,15 +46,19 @@ pub fn assign(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
         }
     };
     let got = cx.model.assign_ipv6(eni, req, cx.now_ms)?;
-    Ok(Xml::response("AssignIpv6Addresses", cx.request_id, |x| {
-        x.set("assignedIpv6Addresses", &got.addresses, |x, ip| {
-            x.text(ip);
-        });
-        x.set("assignedIpv6PrefixSet", &got.prefixes, |x, pfx| {
-            x.text(pfx);
-        });
-        x.leaf("networkInterfaceId", eni);
-    }))
+    Ok(Xml::response(
+        Action::AssignIpv6Addresses,
+        cx.request_id,
+        |x| {
+            x.set("assignedIpv6Addresses", &got.addresses, |x, ip| {
+                x.text(ip);
+            });
+            x.set("assignedIpv6PrefixSet", &got.prefixes, |x, pfx| {
+                x.text(pfx);
+            });
+            x.leaf("networkInterfaceId", eni);
+        },
+    ))
 }
 
 /// UnassignIpv6Addresses: Ipv6Addresses.N and/or Ipv6Prefix.N; the reply lists what went.
@@ -65,13 +71,17 @@ pub fn unassign(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
         return Err(Ec2Error::missing("Ipv6Addresses or Ipv6Prefix"));
     }
     let gone = cx.model.unassign_ipv6(eni, &addresses, &prefixes)?;
-    Ok(Xml::response("UnassignIpv6Addresses", cx.request_id, |x| {
-        x.leaf("networkInterfaceId", eni);
-        x.set("unassignedIpv6Addresses", &gone.addresses, |x, ip| {
-            x.text(ip);
-        });
-        x.set("unassignedIpv6PrefixSet", &gone.prefixes, |x, pfx| {
-            x.text(pfx);
-        });
-    }))
+    Ok(Xml::response(
+        Action::UnassignIpv6Addresses,
+        cx.request_id,
+        |x| {
+            x.leaf("networkInterfaceId", eni);
+            x.set("unassignedIpv6Addresses", &gone.addresses, |x, ip| {
+                x.text(ip);
+            });
+            x.set("unassignedIpv6PrefixSet", &gone.prefixes, |x, pfx| {
+                x.text(pfx);
+            });
+        },
+    ))
 }

@@ -1,5 +1,7 @@
 //! AttachNetworkInterface, DetachNetworkInterface.
 
+use cloud::Action;
+
 use crate::ec2::xml::Xml;
 use crate::ec2::{Ctx, Ec2Error, ok_return};
 
@@ -15,7 +17,7 @@ pub fn attach(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
         .model
         .attach_eni(eni, instance, device, card, cx.now_ms)?;
     Ok(Xml::response(
-        "AttachNetworkInterface",
+        Action::AttachNetworkInterface,
         cx.request_id,
         |x| {
             x.leaf("attachmentId", &attachment)
@@ -30,5 +32,5 @@ pub fn detach(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
     let attachment = p.required("AttachmentId")?;
     let force = p.bool("Force")?.unwrap_or(false);
     cx.model.detach_eni(attachment, force)?;
-    Ok(ok_return("DetachNetworkInterface", cx.request_id))
+    Ok(ok_return(Action::DetachNetworkInterface, cx.request_id))
 }

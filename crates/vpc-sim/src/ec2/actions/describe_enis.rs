@@ -1,5 +1,7 @@
 //! DescribeNetworkInterfaces.
 
+use cloud::Action;
+
 use crate::ec2::filter::{Page, check_names, matches, tag_values};
 use crate::ec2::xml::Xml;
 use crate::ec2::{Ctx, Ec2Error};
@@ -94,7 +96,7 @@ pub fn describe(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
         .collect();
     let (chosen, next) = page.apply(chosen, |e| e.id.clone());
     Ok(Xml::response(
-        "DescribeNetworkInterfaces",
+        Action::DescribeNetworkInterfaces,
         cx.request_id,
         |x| {
             x.set("networkInterfaceSet", &chosen, |x, e| {

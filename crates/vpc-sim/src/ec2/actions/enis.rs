@@ -1,5 +1,7 @@
 //! CreateNetworkInterface, DeleteNetworkInterface, ModifyNetworkInterfaceAttribute.
 
+use cloud::Action;
+
 use std::net::Ipv4Addr;
 
 use crate::ec2::xml::Xml;
@@ -43,7 +45,7 @@ pub fn create(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
     let eni = cx.model.create_eni(req, now)?;
     let m = &*cx.model;
     Ok(Xml::response(
-        "CreateNetworkInterface",
+        Action::CreateNetworkInterface,
         cx.request_id,
         |x| {
             x.node("networkInterface", |x| {
@@ -58,7 +60,7 @@ pub fn create(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
 pub fn delete(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
     let id = cx.params.required("NetworkInterfaceId")?;
     cx.model.delete_eni(id)?;
-    Ok(ok_return("DeleteNetworkInterface", cx.request_id))
+    Ok(ok_return(Action::DeleteNetworkInterface, cx.request_id))
 }
 
 /// ModifyNetworkInterfaceAttribute: exactly one of Attachment, Description, SecurityGroupId.
@@ -99,5 +101,8 @@ pub fn modify(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
         }
     };
     cx.model.modify_eni(id, change)?;
-    Ok(ok_return("ModifyNetworkInterfaceAttribute", cx.request_id))
+    Ok(ok_return(
+        Action::ModifyNetworkInterfaceAttribute,
+        cx.request_id,
+    ))
 }

@@ -1,5 +1,7 @@
 //! DescribeInstanceTypes (network facts only).
 
+use cloud::Action;
+
 use std::collections::BTreeSet;
 
 use cloud::limits::InstanceLimits;
@@ -47,12 +49,16 @@ pub fn describe(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
         }
     }
     let (rows, next) = page.apply(rows, |(n, _)| n.clone());
-    Ok(Xml::response("DescribeInstanceTypes", cx.request_id, |x| {
-        x.set("instanceTypeSet", &rows, |x, (name, l)| {
-            instance_type(x, name, l)
-        });
-        x.leaf_opt("nextToken", next.as_ref());
-    }))
+    Ok(Xml::response(
+        Action::DescribeInstanceTypes,
+        cx.request_id,
+        |x| {
+            x.set("instanceTypeSet", &rows, |x, (name, l)| {
+                instance_type(x, name, l)
+            });
+            x.leaf_opt("nextToken", next.as_ref());
+        },
+    ))
 }
 
 fn instance_type(x: &mut Xml, name: &str, l: &InstanceLimits) {

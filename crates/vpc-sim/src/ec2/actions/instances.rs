@@ -1,5 +1,7 @@
 //! DescribeInstances.
 
+use cloud::Action;
+
 use crate::clock::rfc3339_millis;
 use crate::ec2::filter::{Page, check_names, matches, tag_values};
 use crate::ec2::xml::Xml;
@@ -65,10 +67,14 @@ pub fn describe(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
         .filter(|i| matches(&filters, |n| values(m, i, n)))
         .collect();
     let (chosen, next) = page.apply(chosen, |i| i.id.clone());
-    Ok(Xml::response("DescribeInstances", cx.request_id, |x| {
-        x.set("reservationSet", &chosen, |x, i| reservation(x, m, i));
-        x.leaf_opt("nextToken", next.as_ref());
-    }))
+    Ok(Xml::response(
+        Action::DescribeInstances,
+        cx.request_id,
+        |x| {
+            x.set("reservationSet", &chosen, |x, i| reservation(x, m, i));
+            x.leaf_opt("nextToken", next.as_ref());
+        },
+    ))
 }
 
 fn reservation(x: &mut Xml, m: &Model, i: &Instance) {

@@ -1,5 +1,7 @@
 //! CreateSecurityGroup, DescribeSecurityGroups.
 
+use cloud::Action;
+
 use crate::ec2::filter::{Page, check_names, matches, tag_values};
 use crate::ec2::xml::Xml;
 use crate::ec2::{Ctx, Ec2Error};
@@ -50,12 +52,16 @@ pub fn create(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
         .model
         .create_security_group(name, description, vpc_id, tags)?;
     let m = &*cx.model;
-    Ok(Xml::response("CreateSecurityGroup", cx.request_id, |x| {
-        x.leaf("return", true)
-            .leaf("groupId", &g.id)
-            .leaf("securityGroupArn", arn(m, &g.id))
-            .tags(&g.tags);
-    }))
+    Ok(Xml::response(
+        Action::CreateSecurityGroup,
+        cx.request_id,
+        |x| {
+            x.leaf("return", true)
+                .leaf("groupId", &g.id)
+                .leaf("securityGroupArn", arn(m, &g.id))
+                .tags(&g.tags);
+        },
+    ))
 }
 
 /// DescribeSecurityGroups: `GroupId.N`, `GroupName.N` (an unknown one is an error naming it),
@@ -89,7 +95,7 @@ pub fn describe(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
         .collect();
     let (chosen, next) = page.apply(chosen, |g| g.id.clone());
     Ok(Xml::response(
-        "DescribeSecurityGroups",
+        Action::DescribeSecurityGroups,
         cx.request_id,
         |x| {
             x.set("securityGroupInfo", &chosen, |x, g| {

@@ -1,5 +1,7 @@
 //! DescribeSubnets.
 
+use cloud::Action;
+
 use crate::ec2::filter::{Page, check_names, matches, tag_values};
 use crate::ec2::xml::Xml;
 use crate::ec2::{Ctx, Ec2Error};
@@ -66,7 +68,7 @@ pub fn describe(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
         .collect();
     let (chosen, next) = page.apply(chosen, |s| s.id.clone());
     let vpc = m.vpc();
-    Ok(Xml::response("DescribeSubnets", cx.request_id, |x| {
+    Ok(Xml::response(Action::DescribeSubnets, cx.request_id, |x| {
         x.set("subnetSet", &chosen, |x, s| {
             x.leaf("subnetId", &s.id)
                 .leaf(

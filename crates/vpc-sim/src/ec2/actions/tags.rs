@@ -1,5 +1,7 @@
 //! CreateTags, DeleteTags.
 
+use cloud::Action;
+
 use crate::ec2::{Ctx, Ec2Error, ok_return};
 use crate::model::TagFilter;
 
@@ -20,7 +22,7 @@ pub fn create(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
         return Err(Ec2Error::missing("Tag.1.Key"));
     }
     cx.model.create_tags(&ids, &tags)?;
-    Ok(ok_return("CreateTags", cx.request_id))
+    Ok(ok_return(Action::CreateTags, cx.request_id))
 }
 
 /// DeleteTags: `ResourceId.N` + `Tag.N.Key` with an optional `Tag.N.Value` (the tag goes only
@@ -39,5 +41,5 @@ pub fn delete(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
         })
         .collect::<Result<Vec<_>, Ec2Error>>()?;
     cx.model.delete_tags(&ids, &which)?;
-    Ok(ok_return("DeleteTags", cx.request_id))
+    Ok(ok_return(Action::DeleteTags, cx.request_id))
 }
