@@ -419,6 +419,73 @@ EOF
     --config "$k/kubelet.yaml" --kubeconfig "$(kube_kubeconfig "$dir")" \
     --container-runtime remote --container-runtime-endpoint "unix://$k/containerd.sock" \
     --node-ip "$ip" --hostname-override "$k8s"
+  kube_proxy_start "$dir" "$i" "$ip"
+}
+
+# The --cluster-cidr kube-proxy is given: the pods' addresses are VPC addresses, so the
+# cluster's "pod network" is the VPC's CIDR (its first: kube-proxy 1.20 takes one per family),
+# and the VPC's IPv6 /56 in an IPv6 or dual-stack box. kube-proxy masquerades what reaches a
+# ClusterIP from outside it, and with externalTrafficPolicy Local it sends what comes from
+# inside it to any endpoint; traffic from beyond the VPC (the box's outside) keeps Local.
+kube_cluster_cidr() { # dir
+  local v4 v6
+  v4=$(jq -r '.vpc.cidrs[0] // empty' "$1/sim/sim.json")
+  v6=$(jq -r '.vpc.ipv6_cidr // empty' "$1/sim/sim.json")
+  case $(kube_family "$1") in
+    ipv4) echo "$v4";;
+    ipv6) echo "$v6";;
+    dual) echo "$v4,$v6";;
+  esac
+}
+
+# host:port for an address of either family.
+kube_hostport() { if [[ $1 == *:* ]]; then echo "[$1]:$2"; else echo "$1:$2"; fi; } # ip port
+
+# kube-proxy on node I, in iptables mode, as a process in the node's namespaces (the kubelet's
+# holder: its private mount namespace, so its /run/xtables.lock is the node's): it writes
+# iptables only in the node's network namespace. It listens only on the node's address
+# (healthz :10256, metrics :10249). The one sysctl it writes at start in this mode,
+# net.ipv4.conf.all.route_localnet, is the node namespace's own; the conntrack flags at 0 keep
+# it from writing the machine's global nf_conntrack_max, the conntrack hash size and the
+# conntrack timeouts (all of which it would otherwise set).
+kube_proxy_start() { # dir i node-ip
+  local dir=$1 i=$2 ip=$3 k=$1/node$2/kube gates=()
+  [ "$(kube_family "$dir")" != dual ] || gates=(--feature-gates IPv6DualStack=true)
+  kube_start "$dir" "$(cat "$k/holder")" "kube-proxy-node$i" "$k/kube-proxy.log" "$KUBE_CACHE/bin/kube-proxy" \
+    --kubeconfig "$(kube_kubeconfig "$dir")" --proxy-mode iptables \
+    --hostname-override "$(cat "$dir/node$i/k8s_node")" --bind-address "$ip" \
+    --cluster-cidr "$(kube_cluster_cidr "$dir")" \
+    --healthz-bind-address "$(kube_hostport "$ip" 10256)" \
+    --metrics-bind-address "$(kube_hostport "$ip" 10249)" \
+    --conntrack-max-per-core 0 --conntrack-min 0 \
+    --conntrack-tcp-timeout-established 0 --conntrack-tcp-timeout-close-wait 0 \
+    --oom-score-adj 0 --profiling=false "${gates[@]}"
+}
+
+# Whether node I's kube-proxy has written the rules of the `kubernetes` Service (in each
+# family the box has): it has synced with the API server at least once.
+kube_proxy_synced() { # dir i
+  local dir=$1 i=$2 netns save s
+  netns=$(node_field "$dir" "$i" netns)
+  case $(kube_family "$dir") in
+    ipv4) save=(iptables-save);;
+    ipv6) save=(ip6tables-save);;
+    dual) save=(iptables-save ip6tables-save);;
+  esac
+  for s in "${save[@]}"; do
+    ip netns exec "$netns" "$s" -t nat 2>/dev/null | grep -q 'default/kubernetes:https' || return 1
+  done
+}
+
+# Waits up to 60 s for every node's kube-proxy to have synced.
+kube_proxies_ready() { # dir nodes
+  local dir=$1 i
+  for i in $(seq "$2"); do
+    if ! wait_for 60 kube_proxy_synced "$dir" "$i"; then
+      tail -n 20 "$dir/node$i/kube/kube-proxy.log" >&2
+      die "kube-proxy on node $i wrote no Service rules within 60 s"
+    fi
+  done
 }
 
 # Loads the OCI image archive FILE into node I's containerd, where the kubelet finds it.

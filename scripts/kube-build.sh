@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds, once, what kube-in-a-box runs (scripts/vpc-box.sh up --kube), into the kube cache
 # ($VPC_CNI_KUBE_CACHE, default ~/.cache/vpc-cni/kube), from Debian's archive only:
-#   bin/kube-apiserver, kube-controller-manager, kube-scheduler, kubelet
+#   bin/kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy
 #       Kubernetes built from Debian's `kubernetes` source package (upstream v1.20.2)
 #   bin/kubectl                      Debian's kubernetes-client
 #   bin/etcd                         Debian's etcd-server
@@ -23,7 +23,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 BIN=$KUBE_CACHE/bin
 IMAGES=$KUBE_CACHE/images
-BUILT=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
+BUILT=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 # Bumped whenever the way they are built changes, so a cache built the old way is rebuilt.
 # 2: Debian's reflect2 1.0.2 replaces the vendored 1.0.1.
 RECIPE=2
