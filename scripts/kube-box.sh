@@ -462,19 +462,19 @@ kube_proxy_start() { # dir i node-ip
     --oom-score-adj 0 --profiling=false "${gates[@]}"
 }
 
-# Whether node I's kube-proxy has written the rules of the `kubernetes` Service (in each
-# family the box has): it has synced with the API server at least once.
+# Whether node I's kube-proxy has synced with the API server at least once: it has written
+# the rules of the `kubernetes` Service (of the cluster's first family), and in a dual-stack
+# box its IPv6 proxier has written its NodePort jump too.
 kube_proxy_synced() { # dir i
-  local dir=$1 i=$2 netns save s
+  local dir=$1 i=$2 netns
   netns=$(node_field "$dir" "$i" netns)
   case $(kube_family "$dir") in
-    ipv4) save=(iptables-save);;
-    ipv6) save=(ip6tables-save);;
-    dual) save=(iptables-save ip6tables-save);;
+    ipv4) ip netns exec "$netns" iptables-save -t nat 2>/dev/null | grep -q 'default/kubernetes:https';;
+    ipv6) ip netns exec "$netns" ip6tables-save -t nat 2>/dev/null | grep -q 'default/kubernetes:https';;
+    dual)
+      ip netns exec "$netns" iptables-save -t nat 2>/dev/null | grep -q 'default/kubernetes:https' \
+        && ip netns exec "$netns" ip6tables-save -t nat 2>/dev/null | grep -q -- '-A KUBE-SERVICES .*-j KUBE-NODEPORTS';;
   esac
-  for s in "${save[@]}"; do
-    ip netns exec "$netns" "$s" -t nat 2>/dev/null | grep -q 'default/kubernetes:https' || return 1
-  done
 }
 
 # Waits up to 60 s for every node's kube-proxy to have synced.
