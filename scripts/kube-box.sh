@@ -4,8 +4,8 @@
 # The control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) lives in
 # NAME-cp, attached to the VPC router NAME-vpc by a veth of its own and reached at
 # $KUBE_API_IP, an address beyond the VPC, as an EKS public endpoint is. Every node runs
-# containerd and a kubelet in its node namespace, which call the shipped conflist (vpc-cni
-# pointed at that node's ipamd, chained with portmap). Each of these namespaces has a holder
+# containerd, a kubelet and kube-proxy (iptables mode) in its node namespace; containerd calls
+# the shipped conflist (vpc-cni pointed at that node's ipamd, chained with portmap). Each of these namespaces has a holder
 # process (`sleep`) that also owns a private mount namespace: what kubelet and containerd mount
 # or write at the paths they hard-code lands in the box's run directory, never on the machine.
 #
@@ -501,7 +501,7 @@ kube_import() { # dir i file
 # family's ENABLE_IPv4 and ENABLE_IPv6 reach the init container too, which sets the node up
 # for that family), and the API server,
 # reached with the box's kubeconfig from the host: the box's API server mounts no service
-# account tokens and no kube-proxy routes the kubernetes Service.
+# account tokens.
 kube_deploy() { # dir name tag
   local dir=$1 name=$2 tag=$3 d=$1/kube/deploy extra='[]' patch
   [ -f "$dir/ipamd-env" ] && extra=$(jq -R 'capture("^(?<name>[^=]+)=(?<value>.*)$")' "$dir/ipamd-env" | jq -s .)
