@@ -118,6 +118,7 @@ demo_kube() {
   echo
   echo "== A Service from outside the VPC: kube-proxy on every node, a NodePort, curl from $(jq -r .outside.netns <<<"$box")"
   # busybox httpd answering its pod's name.
+  # shellcheck disable=SC2016 # expanded by the pod's shell
   k create deployment hello --image=localhost/busybox:box --replicas=$NODES \
     -- sh -c 'mkdir -p /www && echo $HOSTNAME >/www/index.html && exec httpd -f -p 8080 -h /www' | sed 's/^/   /'
   k expose deployment hello --type=NodePort --port=80 --target-port=8080 | sed 's/^/   /'

@@ -117,7 +117,8 @@ build_kube() {
   rm -rf "$src/vendor/github.com/modern-go/reflect2"
   cp -r "$reflect2" "$src/vendor/github.com/modern-go/reflect2"
   export GO111MODULE=off GOPATH=$build/gopath GOCACHE=$build/gocache GOFLAGS=
-  (cd "$tree" && gen_openapi "$build")
+  # Only kube-apiserver needs the OpenAPI definitions.
+  if [[ " ${todo[*]} " == *" kube-apiserver "* ]]; then (cd "$tree" && gen_openapi "$build"); fi
   # The vendor path: in GOPATH mode the package lives under k8s.io/kubernetes/vendor, and the
   # plain path would leave the binaries saying v0.0.0-master.
   local pkg=k8s.io/kubernetes/vendor/k8s.io/component-base/version
