@@ -8,8 +8,9 @@
 #   demo.sh          the plugin run by hand, as a runtime would
 #   demo.sh --kube   through a real Kubernetes (kube-in-a-box): kubectl creates a Deployment
 #                    of six, kubelet -> containerd -> vpc-cni wire its pods, which ping each
-#                    other and both nodes, and scaling it to 0 releases every address (no
-#                    SNAT part); the first run builds the kube cache (kube-build.sh, minutes)
+#                    other and both nodes, a Service answers from outside the VPC through a
+#                    NodePort on each node (kube-proxy), and scaling to 0 releases every
+#                    address (no SNAT part); the first run builds the kube cache (minutes)
 #
 # Everything it creates is removed on exit, also after a failure. Needs root.
 set -euo pipefail
@@ -47,6 +48,8 @@ node_field() { jq -r --argjson n "$1" ".nodes[\$n - 1].$2" <<<"$box"; }
 
 # kubectl as the box's administrator.
 k() { "$BOX" kubectl --name "$NAME" -- "$@"; }
+
+no_pods_labelled() { [ -z "$(k get pods -l "$1" --no-headers 2>/dev/null)" ]; }
 
 demo_kube() {
   local n pod ip targets=() pods=() lost=0 line t
@@ -111,6 +114,33 @@ demo_kube() {
     echo "   ipamd node $n   $(pool "$n" | jq -c .Targets)"
   done
   k annotate node "$(node_field 1 k8s_node)" vpc-cni.io/WARM_IP_TARGET- >/dev/null
+
+  echo
+  echo "== A Service from outside the VPC: kube-proxy on every node, a NodePort, curl from $(jq -r .outside.netns <<<"$box")"
+  # busybox httpd answering its pod's name.
+  # shellcheck disable=SC2016 # expanded by the pod's shell
+  k create deployment hello --image=localhost/busybox:box --replicas=$NODES \
+    -- sh -c 'mkdir -p /www && echo $HOSTNAME >/www/index.html && exec httpd -f -p 8080 -h /www' | sed 's/^/   /'
+  k expose deployment hello --type=NodePort --port=80 --target-port=8080 | sed 's/^/   /'
+  k rollout status deployment/hello --timeout=120s >/dev/null || die "the hello deployment did not roll out"
+  local nodeport outside_ns outside_ip ip answer
+  nodeport=$(k get service hello -o jsonpath='{.spec.ports[0].nodePort}')
+  outside_ns=$(jq -r .outside.netns <<<"$box")
+  outside_ip=$(jq -r .outside.ip <<<"$box")
+  for n in $(seq $NODES); do
+    ip=$(node_field "$n" primary_ip)
+    wait_for 60 ip netns exec "$outside_ns" curl -sf -m 2 --interface "$outside_ip" "http://$ip:$nodeport/" >/dev/null \
+      || die "the NodePort did not answer through node $n"
+    for _ in 1 2 3; do
+      answer=$(ip netns exec "$outside_ns" curl -sS -m 2 --interface "$outside_ip" "http://$ip:$nodeport/") \
+        || die "no answer from http://$ip:$nodeport/"
+      echo "   $outside_ip -> http://$ip:$nodeport/ (node $n): answered by $answer"
+    done
+  done
+  k delete service hello >/dev/null
+  k delete deployment hello >/dev/null
+  k delete pods -l app=hello --grace-period=1 --wait=true --timeout=60s >/dev/null 2>&1 || true
+  wait_for 60 no_pods_labelled app=hello || die "hello pods left: $(k get pods -l app=hello --no-headers)"
 
   echo
   echo "== kubectl scale deployment web --replicas=0: every address released"

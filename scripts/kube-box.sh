@@ -4,8 +4,8 @@
 # The control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) lives in
 # NAME-cp, attached to the VPC router NAME-vpc by a veth of its own and reached at
 # $KUBE_API_IP, an address beyond the VPC, as an EKS public endpoint is. Every node runs
-# containerd and a kubelet in its node namespace, which call the shipped conflist (vpc-cni
-# pointed at that node's ipamd, chained with portmap). Each of these namespaces has a holder
+# containerd, a kubelet and kube-proxy (iptables mode) in its node namespace; containerd calls
+# the shipped conflist (vpc-cni pointed at that node's ipamd, chained with portmap). Each of these namespaces has a holder
 # process (`sleep`) that also owns a private mount namespace: what kubelet and containerd mount
 # or write at the paths they hard-code lands in the box's run directory, never on the machine.
 #
@@ -419,6 +419,73 @@ EOF
     --config "$k/kubelet.yaml" --kubeconfig "$(kube_kubeconfig "$dir")" \
     --container-runtime remote --container-runtime-endpoint "unix://$k/containerd.sock" \
     --node-ip "$ip" --hostname-override "$k8s"
+  kube_proxy_start "$dir" "$i" "$ip"
+}
+
+# The --cluster-cidr kube-proxy is given: the pods' addresses are VPC addresses, so the
+# cluster's "pod network" is the VPC's CIDR (its first: kube-proxy 1.20 takes one per family),
+# and the VPC's IPv6 /56 in an IPv6 or dual-stack box. kube-proxy masquerades what reaches a
+# ClusterIP from outside it, and with externalTrafficPolicy Local it sends what comes from
+# inside it to any endpoint; traffic from beyond the VPC (the box's outside) keeps Local.
+kube_cluster_cidr() { # dir
+  local v4 v6
+  v4=$(jq -r '.vpc.cidrs[0] // empty' "$1/sim/sim.json")
+  v6=$(jq -r '.vpc.ipv6_cidr // empty' "$1/sim/sim.json")
+  case $(kube_family "$1") in
+    ipv4) echo "$v4";;
+    ipv6) echo "$v6";;
+    dual) echo "$v4,$v6";;
+  esac
+}
+
+# host:port for an address of either family.
+kube_hostport() { if [[ $1 == *:* ]]; then echo "[$1]:$2"; else echo "$1:$2"; fi; } # ip port
+
+# kube-proxy on node I, in iptables mode, as a process in the node's namespaces (the kubelet's
+# holder: its private mount namespace, so its /run/xtables.lock is the node's): it writes
+# iptables only in the node's network namespace. It listens only on the node's address
+# (healthz :10256, metrics :10249). The one sysctl it writes at start in this mode,
+# net.ipv4.conf.all.route_localnet, is the node namespace's own; the conntrack flags at 0 keep
+# it from writing the machine's global nf_conntrack_max, the conntrack hash size and the
+# conntrack timeouts (all of which it would otherwise set).
+kube_proxy_start() { # dir i node-ip
+  local dir=$1 i=$2 ip=$3 k=$1/node$2/kube gates=()
+  [ "$(kube_family "$dir")" != dual ] || gates=(--feature-gates IPv6DualStack=true)
+  kube_start "$dir" "$(cat "$k/holder")" "kube-proxy-node$i" "$k/kube-proxy.log" "$KUBE_CACHE/bin/kube-proxy" \
+    --kubeconfig "$(kube_kubeconfig "$dir")" --proxy-mode iptables \
+    --hostname-override "$(cat "$dir/node$i/k8s_node")" --bind-address "$ip" \
+    --cluster-cidr "$(kube_cluster_cidr "$dir")" \
+    --healthz-bind-address "$(kube_hostport "$ip" 10256)" \
+    --metrics-bind-address "$(kube_hostport "$ip" 10249)" \
+    --conntrack-max-per-core 0 --conntrack-min 0 \
+    --conntrack-tcp-timeout-established 0 --conntrack-tcp-timeout-close-wait 0 \
+    --oom-score-adj 0 --profiling=false "${gates[@]}"
+}
+
+# Whether node I's kube-proxy has synced with the API server at least once: it has written
+# the rules of the `kubernetes` Service (of the cluster's first family), and in a dual-stack
+# box its IPv6 proxier has written its NodePort jump too.
+kube_proxy_synced() { # dir i
+  local dir=$1 i=$2 netns
+  netns=$(node_field "$dir" "$i" netns)
+  case $(kube_family "$dir") in
+    ipv4) ip netns exec "$netns" iptables-save -t nat 2>/dev/null | grep -q 'default/kubernetes:https';;
+    ipv6) ip netns exec "$netns" ip6tables-save -t nat 2>/dev/null | grep -q 'default/kubernetes:https';;
+    dual)
+      ip netns exec "$netns" iptables-save -t nat 2>/dev/null | grep -q 'default/kubernetes:https' \
+        && ip netns exec "$netns" ip6tables-save -t nat 2>/dev/null | grep -q -- '-A KUBE-SERVICES .*-j KUBE-NODEPORTS';;
+  esac
+}
+
+# Waits up to 60 s for every node's kube-proxy to have synced.
+kube_proxies_ready() { # dir nodes
+  local dir=$1 i
+  for i in $(seq "$2"); do
+    if ! wait_for 60 kube_proxy_synced "$dir" "$i"; then
+      tail -n 20 "$dir/node$i/kube/kube-proxy.log" >&2
+      die "kube-proxy on node $i wrote no Service rules within 60 s"
+    fi
+  done
 }
 
 # Loads the OCI image archive FILE into node I's containerd, where the kubelet finds it.
@@ -434,7 +501,7 @@ kube_import() { # dir i file
 # family's ENABLE_IPv4 and ENABLE_IPv6 reach the init container too, which sets the node up
 # for that family), and the API server,
 # reached with the box's kubeconfig from the host: the box's API server mounts no service
-# account tokens and no kube-proxy routes the kubernetes Service.
+# account tokens.
 kube_deploy() { # dir name tag
   local dir=$1 name=$2 tag=$3 d=$1/kube/deploy extra='[]' patch
   [ -f "$dir/ipamd-env" ] && extra=$(jq -R 'capture("^(?<name>[^=]+)=(?<value>.*)$")' "$dir/ipamd-env" | jq -s .)

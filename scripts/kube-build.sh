@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds, once, what kube-in-a-box runs (scripts/vpc-box.sh up --kube), into the kube cache
 # ($VPC_CNI_KUBE_CACHE, default ~/.cache/vpc-cni/kube), from Debian's archive only:
-#   bin/kube-apiserver, kube-controller-manager, kube-scheduler, kubelet
+#   bin/kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy
 #       Kubernetes built from Debian's `kubernetes` source package (upstream v1.20.2)
 #   bin/kubectl                      Debian's kubernetes-client
 #   bin/etcd                         Debian's etcd-server
@@ -23,7 +23,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 BIN=$KUBE_CACHE/bin
 IMAGES=$KUBE_CACHE/images
-BUILT=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
+BUILT=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 # Bumped whenever the way they are built changes, so a cache built the old way is rebuilt.
 # 2: Debian's reflect2 1.0.2 replaces the vendored 1.0.1.
 RECIPE=2
@@ -117,7 +117,8 @@ build_kube() {
   rm -rf "$src/vendor/github.com/modern-go/reflect2"
   cp -r "$reflect2" "$src/vendor/github.com/modern-go/reflect2"
   export GO111MODULE=off GOPATH=$build/gopath GOCACHE=$build/gocache GOFLAGS=
-  (cd "$tree" && gen_openapi "$build")
+  # Only kube-apiserver needs the OpenAPI definitions.
+  if [[ " ${todo[*]} " == *" kube-apiserver "* ]]; then (cd "$tree" && gen_openapi "$build"); fi
   # The vendor path: in GOPATH mode the package lives under k8s.io/kubernetes/vendor, and the
   # plain path would leave the binaries saying v0.0.0-master.
   local pkg=k8s.io/kubernetes/vendor/k8s.io/component-base/version

@@ -29,9 +29,11 @@
 #       Stops and removes everything `up` made (the processes it recorded, whatever the
 #       environment now); names what it could not stop or remove and then exits 1.
 #   vpc-box.sh stop-ipamd --name NAME --node I [--kill]
-#   vpc-box.sh start-ipamd --name NAME --node I
+#   vpc-box.sh start-ipamd --name NAME --node I [--ipamd-env KEY=VALUE]... [--ipamd-unset KEY]...
 #       Stop (SIGTERM, or SIGKILL with --kill) or start one node's ipamd with the environment
-#       `up` gave it; start-ipamd waits until it is ready and prints its pid.
+#       `up` gave it; start-ipamd waits until it is ready and prints its pid. --ipamd-env and
+#       --ipamd-unset change that saved environment first (set KEY, remove KEY), for this
+#       start and the next ones: a re-configuration, as an operator's edit of the DaemonSet.
 #   vpc-box.sh kubectl --name NAME -- ARGS...
 #       kubectl ARGS as the administrator of a box made with --kube.
 #   vpc-box.sh doctor --name NAME --node I [-- ARGS...]
@@ -135,6 +137,20 @@ recorded_pid() { awk -v role="$2" '$3 == role { pid = $1 } END { print pid }' "$
 
 # Whether the box's ipamd runs as the DaemonSet's pods (up --ipamd daemonset).
 daemonset_box() { [ -f "$1/kube/image-tag" ]; }
+
+# Sets (KEY=VALUE) or removes (-KEY) variables in node I's saved ipamd environment.
+edit_ipamd_env() { # dir i change...
+  local file=$1/node$2/ipamd.env change key
+  shift 2
+  [ -f "$file" ] || die "no node $2 in box $(basename "$1")"
+  for change in "$@"; do
+    key=${change#-}; key=${key%%=*}
+    [[ $key =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || die "not a variable name: '$key'"
+    grep -v "^$key=" "$file" >"$file.new" || true
+    [[ $change == -* ]] || echo "$change" >>"$file.new"
+    mv "$file.new" "$file"
+  done
+}
 
 # Starts node I's ipamd from its saved environment; prints the pid once it is ready.
 start_ipamd() {
@@ -355,6 +371,7 @@ up() {
       kube_daemonset_ready "$dir" "$name"
     fi
     kube_nodes_ready "$dir" "$name" "$nodes"
+    kube_proxies_ready "$dir" "$nodes"
     kube_info=$(kube_json "$dir" "$name")
     k8s_nodes=$(for i in $(seq "$nodes"); do cat "$dir/node$i/k8s_node"; done | jq -R . | jq -s .)
   fi
@@ -397,6 +414,7 @@ up() {
       } end + if $k8s == null then {} else {
         k8s_node: $k8s[.index - 1],
         kubelet_log: "\($n)/kube/kubelet.log",
+        kube_proxy_log: "\($n)/kube/kube-proxy.log",
         containerd_log: "\($n)/kube/containerd.log"
       } end]
     } + if $kube == null then {} else {kube: $kube} end' "$dir/sim/sim.json" >"$dir/box.json"
@@ -405,7 +423,7 @@ up() {
 
 cmd=${1:-}; [ -n "$cmd" ] || usage; shift
 name="" nodes=1 itype=t3.medium node="" kill_sig=TERM rest=() kube=0 pass_args=()
-ipamd_mode=process image_file="" tag=""
+ipamd_mode=process image_file="" tag="" env_changes=()
 while [ $# -gt 0 ]; do
   case $1 in
     --name) name=$2; shift 2;;
@@ -413,7 +431,8 @@ while [ $# -gt 0 ]; do
     --instance-type) itype=$2; shift 2;;
     --ipamd-env)
       [[ "$2" == *=* ]] || die "--ipamd-env takes KEY=VALUE, got '$2'"
-      rest+=(--ipamd-env "$2"); shift 2;;
+      rest+=(--ipamd-env "$2"); env_changes+=("$2"); shift 2;;
+    --ipamd-unset) env_changes+=("-$2"); shift 2;;
     --subnet|--vpc-secondary-cidr|--security-group|--imds-lag-ms|--extra-instance-type|--outside-ip|--attach-latency-ms)
       rest+=(--sim "$1" "$2"); shift 2;;
     --ip-family)
@@ -479,7 +498,12 @@ case $cmd in
     kube_daemonset_ready "$dir" "$name";;
   down) down "$dir";;
   stop-ipamd) [ -n "$node" ] || die "--node is required"; stop_ipamd "$dir" "$node" "$kill_sig";;
-  start-ipamd) [ -n "$node" ] || die "--node is required"; need_binaries; start_ipamd "$dir" "$node";;
+  start-ipamd)
+    [ -n "$node" ] || die "--node is required"
+    need_binaries
+    ! daemonset_box "$dir" || die "box $name runs ipamd as a DaemonSet: use kubectl (delete its pod, or the DaemonSet)"
+    [ ${#env_changes[@]} -eq 0 ] || edit_ipamd_env "$dir" "$node" "${env_changes[@]}"
+    start_ipamd "$dir" "$node";;
   kubectl)
     [ -f "$(kube_kubeconfig "$dir")" ] || die "box $name has no Kubernetes (it was not made with up --kube)"
     kube_kubectl "$dir" "$name" "${pass_args[@]}";;

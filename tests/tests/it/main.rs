@@ -13,6 +13,7 @@ mod kube;
 mod kube_aware;
 mod kube_cluster;
 mod kube_ipv6;
+mod kube_services;
 mod log_rotation;
 mod lost_answers;
 mod operator;
