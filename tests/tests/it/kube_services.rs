@@ -1,4 +1,4 @@
-//! Services through kube-proxy on kube-in-a-box (issue 32), driven with kubectl and reached
+//! Services through kube-proxy on kube-in-a-box, driven with kubectl and reached
 //! from a pod and from the box's outside namespace (beyond the VPC): ClusterIP to every kind of
 //! backend, NodePort with externalTrafficPolicy Cluster and Local through every node, hostPort
 //! through portmap, what `AWS_VPC_CNI_NODE_PORT_SUPPORT=false` breaks, what the outside sees as
