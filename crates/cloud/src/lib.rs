@@ -1,8 +1,8 @@
 //! The cloud seam: what ipamd needs from EC2 and IMDS, as traits, plus the instance limits table.
 //!
 //! ipamd is generic over [`Ec2`] and [`Imds`]; production passes the `aws` implementation (real
-//! aws-sdk-ec2 and aws-config IMDS clients, which also drive vpc-sim), tests pass the fakes in
-//! `fake` (behind the `fake` feature, so they never reach a production binary).
+//! aws-sdk-ec2 and aws-config IMDS clients, which also drive vpc-sim over HTTP); daemon tests
+//! pass vpc-sim's in-process EC2 and IMDS (`vpc_sim::inproc`), which run on the same model.
 
 mod action;
 #[cfg(feature = "aws")]
@@ -11,8 +11,6 @@ pub mod aws;
 mod aws_dry_run;
 mod dry_run;
 mod error;
-#[cfg(any(test, feature = "fake"))]
-pub mod fake;
 mod identity;
 pub mod limits;
 pub mod retry;
@@ -165,7 +163,7 @@ pub trait Imds: Send + Sync + 'static {
     fn get(&self, path: &str) -> impl Future<Output = Result<Option<String>, CloudError>> + Send;
 }
 
-/// A shared EC2 client is an EC2 client (tests keep a handle on the fake the daemon uses).
+/// A shared EC2 client is an EC2 client (a caller keeps a handle on the client it passes on).
 impl<T: Ec2> Ec2 for std::sync::Arc<T> {
     fn describe_instance_type(
         &self,

@@ -1,4 +1,4 @@
-//! ipamd with replaced seams: fake EC2, sled in a temp dir, a hand-driven clock.
+//! ipamd with replaced seams: vpc-sim's EC2 in process, sled in a temp dir, a hand-driven clock.
 
 use crate::support;
 
@@ -16,10 +16,10 @@ async fn ip_of(d: &TestDaemon, n: u32) -> std::net::Ipv4Addr {
 #[tokio::test]
 async fn startup_fills_the_primary_eni_through_ec2() {
     let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
+    let ec2 = ec2("t3.medium");
     let d = start(dir.path(), &ec2, &ManualClock::at(1_000)).await;
     // t3.medium: 6 IPv4 per ENI, so 5 secondaries.
-    assert_eq!(ec2.eni(ENI).unwrap().secondary_ips.len(), 5);
+    assert_eq!(ec2.eni(&ec2.primary).unwrap().secondary_ips.len(), 5);
     let counts = d.pool_snapshot().counts(pool::Timestamp(1_000));
     assert_eq!((counts.total, counts.available), (5, 5));
     assert_eq!(d.limits().max_pods, 17);
@@ -28,7 +28,7 @@ async fn startup_fills_the_primary_eni_through_ec2() {
 #[tokio::test]
 async fn add_is_idempotent_and_every_verb_answers() {
     let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
+    let ec2 = ec2("t3.medium");
     let clock = ManualClock::at(1_000);
     let d = start(dir.path(), &ec2, &clock).await;
 
@@ -102,21 +102,14 @@ async fn add_is_idempotent_and_every_verb_answers() {
 #[tokio::test]
 async fn a_released_address_cools_down_for_the_configured_period() {
     let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(2, "10.0.0.0/24");
+    let ec2 = ec2("t3.nano");
     let clock = ManualClock::at(1_000);
     // t3.nano: 2 IPv4 per ENI, so one secondary address. MAX_ENI=1: the pool cannot grow
     // past the primary ENI, so only the cooldown is in play.
     let host = Arc::new(RecordingHost::default());
-    let d = start_with(
-        dir.path(),
-        &ec2,
-        &clock,
-        "t3.nano",
-        &host,
-        &[("MAX_ENI", "1")],
-    )
-    .await
-    .unwrap();
+    let d = start_with(dir.path(), &ec2, &clock, &host, &[("MAX_ENI", "1")])
+        .await
+        .unwrap();
     let a = ip_of(&d, 1).await;
     d.handle(del(1)).await.unwrap();
 
@@ -136,7 +129,7 @@ async fn a_released_address_cools_down_for_the_configured_period() {
 #[tokio::test]
 async fn a_restart_keeps_assignments_and_cooldown_deadlines() {
     let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
+    let ec2 = ec2("t3.medium");
     let clock = ManualClock::at(1_000);
     let (kept, cooling) = {
         let d = start(dir.path(), &ec2, &clock).await;
@@ -151,7 +144,7 @@ async fn a_restart_keeps_assignments_and_cooldown_deadlines() {
     let snapshot = d.pool_snapshot();
     let now = pool::Timestamp(11_000);
     let slot = snapshot
-        .addresses(ENI)
+        .addresses(&ec2.primary)
         .find(|(ip, _)| *ip == cooling)
         .map(|(_, s)| s.clone())
         .unwrap();
@@ -169,7 +162,7 @@ async fn a_restart_keeps_assignments_and_cooldown_deadlines() {
 #[tokio::test]
 async fn reconcile_takes_ec2_as_the_truth() {
     let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
+    let ec2 = ec2("t3.medium");
     let clock = ManualClock::at(1_000);
     let (held, free) = {
         let d = start(dir.path(), &ec2, &clock).await;
@@ -178,9 +171,20 @@ async fn reconcile_takes_ec2_as_the_truth() {
         d.handle(del(2)).await.unwrap();
         (held, free)
     };
-    // Behind ipamd's back: EC2 takes two addresses away, one of them a pod's.
+    // Behind ipamd's back: EC2 takes two addresses away, one of them a pod's, and another
+    // interface of the subnet gets them (left free, they would be the lowest free addresses,
+    // which EC2 in vpc-sim hands out first, so the refill below would get them back).
     use cloud::Ec2;
-    ec2.unassign_private_ips(ENI, &[held, free]).await.unwrap();
+    ec2.unassign_private_ips(&ec2.primary, &[held, free])
+        .await
+        .unwrap();
+    ec2.add_eni(AddEni {
+        description: "another interface",
+        primary_ip: held,
+        secondary_ips: &[free],
+        tags: &[],
+        attach: None,
+    });
     let d = start(dir.path(), &ec2, &clock).await;
     let check = d
         .handle(Request::Check(CheckRequest { key: key(1) }))
@@ -192,37 +196,37 @@ async fn reconcile_takes_ec2_as_the_truth() {
         "a pod's address gone from EC2 is dropped"
     );
     let snapshot = d.pool_snapshot();
-    let ips: Vec<_> = snapshot.addresses(ENI).map(|(ip, _)| ip).collect();
+    let ips: Vec<_> = snapshot.addresses(&ec2.primary).map(|(ip, _)| ip).collect();
     assert!(!ips.contains(&held) && !ips.contains(&free));
     // ...and the pool was refilled to what the ENI can hold.
     assert_eq!(ips.len(), 5);
-    assert_eq!(ec2.eni(ENI).unwrap().secondary_ips.len(), 5);
+    assert_eq!(ec2.eni(&ec2.primary).unwrap().secondary_ips.len(), 5);
 }
 
 #[tokio::test]
 async fn subnet_exhaustion_is_named_and_pauses_growth() {
     let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
+    let ec2 = ec2("t3.medium");
     ec2.fail_next(
-        cloud::Action::AssignPrivateIpAddresses.wire_name(),
+        cloud::Action::AssignPrivateIpAddresses,
         vec![CloudError::from_code(
             cloud::Action::AssignPrivateIpAddresses.wire_name(),
             "InsufficientFreeAddressesInSubnet",
-            "The specified subnet subnet-1 does not have enough free addresses",
+            format!(
+                "The specified subnet {} does not have enough free addresses",
+                ec2.subnet
+            ),
         )],
     );
     let d = start(dir.path(), &ec2, &ManualClock::at(1_000)).await;
     let err = d.handle(add(1)).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::NoAddresses);
-    assert!(
-        err.message.contains("subnet subnet-1 is exhausted"),
-        "{}",
-        err.message
-    );
+    let exhausted = format!("subnet {} is exhausted", ec2.subnet);
+    assert!(err.message.contains(&exhausted), "{}", err.message);
     match d.handle(Request::Status).await.unwrap() {
         Reply::Status(s) => {
             assert!(!s.ready);
-            assert!(s.reason.unwrap().contains("subnet subnet-1 is exhausted"));
+            assert!(s.reason.unwrap().contains(&exhausted));
         }
         other => panic!("{other:?}"),
     }
@@ -239,18 +243,20 @@ async fn subnet_exhaustion_is_named_and_pauses_growth() {
 #[tokio::test]
 async fn an_instance_type_missing_from_the_table_is_asked_of_ec2() {
     let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(4, "10.0.0.0/24");
-    ec2.add_instance_type(
+    let ec2 = Cloud::launch(
         "x9.future",
-        InstanceLimits {
-            max_enis: 2,
-            ipv4_per_eni: 4,
-            nitro: true,
-            bare_metal: false,
-            network_cards: 1,
-        },
+        &[(
+            "x9.future",
+            InstanceLimits {
+                max_enis: 2,
+                ipv4_per_eni: 4,
+                nitro: true,
+                bare_metal: false,
+                network_cards: 1,
+            },
+        )],
     );
-    let d = try_start(dir.path(), &ec2, &ManualClock::at(0), "x9.future")
+    let d = try_start(dir.path(), &ec2, &ManualClock::at(0))
         .await
         .unwrap();
     assert_eq!(d.limits().secondary_ips_per_eni, 3);
@@ -260,7 +266,7 @@ async fn an_instance_type_missing_from_the_table_is_asked_of_ec2() {
     );
 
     let dir = tempfile::tempdir().unwrap();
-    let err = try_start(dir.path(), &ec2, &ManualClock::at(0), "zz.unknown")
+    let err = try_start_claiming(dir.path(), &ec2, &ManualClock::at(0), "zz.unknown")
         .await
         .err()
         .unwrap();

@@ -84,7 +84,7 @@ async fn a_truncated_store_is_rebuilt_and_live_pods_keep_their_addresses() {
     let now = node.clock.now();
     let primary: Vec<_> = d
         .pool_snapshot()
-        .addresses(ENI)
+        .addresses(&node.ec2.primary)
         .map(|(ip, s)| (ip, s.clone()))
         .collect();
     for (ip, slot) in &primary {
@@ -117,7 +117,7 @@ async fn a_truncated_store_is_rebuilt_and_live_pods_keep_their_addresses() {
     assert!(d.pool_snapshot().counts(node.clock.now()).cooling >= 1);
     let slot = d
         .pool_snapshot()
-        .addresses(ENI)
+        .addresses(&node.ec2.primary)
         .find(|(ip, _)| *ip == a)
         .map(|(_, s)| s.clone())
         .unwrap();
@@ -160,14 +160,14 @@ async fn unreadable_records_lose_only_their_own_addresses() {
     assert_eq!(recovered(&d), BTreeSet::from([(b, "enib2".to_string())]));
     let now = node.clock.now();
     let slot = |ip: Ipv4Addr| {
-        pool.addresses(ENI)
+        pool.addresses(&node.ec2.primary)
             .find(|(x, _)| *x == ip)
             .map(|(_, s)| s.clone())
             .unwrap()
     };
     assert!(slot(c).is_cooling(now), "{c}: {:?}", slot(c));
     let available = pool
-        .addresses(ENI)
+        .addresses(&node.ec2.primary)
         .filter(|(_, s)| s.is_available(now))
         .count();
     assert!(

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use cloud::{Attachment, CloudError, Ec2, NetworkInterface};
+use cloud::{CloudError, Ec2};
 use ipam_proto::{CheckRequest, ErrorKind, Reply, Request};
 use support::*;
 
@@ -23,17 +23,18 @@ async fn an_eni_is_created_attached_and_set_up_when_the_primary_runs_low() {
     allocate(&d, 1).await;
     d.grow().await;
     let eni = secondary(&node.ec2);
-    assert_eq!(eni.description, format!("aws-K8S-{INSTANCE}"));
+    let instance = node.ec2.instance.as_str();
+    assert_eq!(eni.description, format!("aws-K8S-{instance}"));
     assert_eq!(
         eni.tags
             .get("node.k8s.amazonaws.com/instance_id")
             .map(String::as_str),
-        Some(INSTANCE)
+        Some(instance)
     );
     assert!(eni.tags.contains_key("node.k8s.amazonaws.com/createdAt"));
     assert_eq!(
         eni.security_groups,
-        vec!["sg-node".to_string()],
+        node.ec2.eni(&node.ec2.primary).unwrap().security_groups,
         "the primary ENI's groups"
     );
     let attachment = eni.attachment.clone().expect("attached");
@@ -119,7 +120,7 @@ async fn an_eni_detached_in_ec2_leaves_the_pool_and_the_node_and_comes_back() {
     );
 
     node.ec2
-        .attach_network_interface(&eni.id, INSTANCE, 1)
+        .attach_network_interface(&eni.id, &node.ec2.instance, 1)
         .await
         .unwrap();
     d.reconcile().await;
@@ -136,26 +137,15 @@ async fn an_eni_detached_in_ec2_leaves_the_pool_and_the_node_and_comes_back() {
 #[tokio::test]
 async fn an_eni_someone_else_manages_is_left_alone_but_takes_a_slot() {
     let node = Node::at(0);
-    node.ec2.add_eni(
-        NetworkInterface {
-            id: "eni-theirs".into(),
-            mac: "02:00:00:00:00:99".into(),
-            subnet_id: "subnet-1".into(),
-            description: "a database's interface".into(),
-            primary_ip: Some(Ipv4Addr::new(10, 0, 0, 99)),
-            attachment: Some(Attachment {
-                id: "eni-attach-theirs".into(),
-                instance_id: Some(INSTANCE.into()),
-                device_index: 1,
-                network_card_index: 0,
-                delete_on_termination: false,
-            }),
-            ..Default::default()
-        },
-        "10.0.0.0/24".parse().unwrap(),
-    );
+    let theirs = node.ec2.add_eni(AddEni {
+        description: "a database's interface",
+        primary_ip: Ipv4Addr::new(10, 0, 0, 99),
+        secondary_ips: &[],
+        tags: &[],
+        attach: Some((1, false)),
+    });
     let d = node.start(&[]).await;
-    assert!(d.pool_snapshot().eni("eni-theirs").is_none());
+    assert!(d.pool_snapshot().eni(&theirs).is_none());
     assert_eq!(d.limits().max_enis, 2);
     // A new ENI of ours goes to the next free device index.
     allocate(&d, 1).await;
@@ -177,10 +167,10 @@ async fn an_eni_someone_else_manages_is_left_alone_but_takes_a_slot() {
 #[tokio::test]
 async fn an_eni_that_cannot_be_attached_is_deleted_and_the_reason_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
+    let ec2 = ec2("t3.medium");
     let d = start(dir.path(), &ec2, &ManualClock::at(0)).await;
     ec2.fail_next(
-        cloud::Action::AttachNetworkInterface.wire_name(),
+        cloud::Action::AttachNetworkInterface,
         vec![CloudError::from_code(
             cloud::Action::AttachNetworkInterface.wire_name(),
             "AttachmentLimitExceeded",
@@ -205,7 +195,7 @@ async fn an_eni_that_cannot_be_attached_is_deleted_and_the_reason_kept() {
         allocate(&d, n).await;
     }
     ec2.fail_next(
-        cloud::Action::AttachNetworkInterface.wire_name(),
+        cloud::Action::AttachNetworkInterface,
         vec![CloudError::from_code(
             cloud::Action::AttachNetworkInterface.wire_name(),
             "AttachmentLimitExceeded",
@@ -226,8 +216,8 @@ async fn an_eni_that_cannot_be_attached_is_deleted_and_the_reason_kept() {
 async fn a_full_node_names_the_max_eni_limit() {
     let dir = tempfile::tempdir().unwrap();
     // t3.nano: 2 ENIs x 2 IPv4, one secondary each.
-    let ec2 = ec2_with(2, 2, "10.0.0.0/24");
-    let d = try_start(dir.path(), &ec2, &ManualClock::at(0), "t3.nano")
+    let ec2 = ec2("t3.nano");
+    let d = try_start(dir.path(), &ec2, &ManualClock::at(0))
         .await
         .unwrap();
     allocate(&d, 1).await;
@@ -278,30 +268,21 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
-fn leak(ec2: &cloud::fake::FakeEc2, id: &str, description: &str, tags: &[(&str, &str)], ip: u8) {
-    ec2.add_eni(
-        NetworkInterface {
-            id: id.into(),
-            mac: format!("02:00:00:00:01:{ip:02x}"),
-            subnet_id: "subnet-1".into(),
-            vpc_id: "vpc-1".into(),
-            description: description.into(),
-            status: "available".into(),
-            primary_ip: Some(Ipv4Addr::new(10, 0, 0, ip)),
-            tags: tags
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            ..Default::default()
-        },
-        "10.0.0.0/24".parse().unwrap(),
-    );
+/// An ENI left unattached in the node's subnet, at 10.0.0.`ip`; returns its id.
+fn leak(ec2: &Cloud, description: &str, tags: &[(&str, &str)], ip: u8) -> String {
+    ec2.add_eni(AddEni {
+        description,
+        primary_ip: Ipv4Addr::new(10, 0, 0, ip),
+        secondary_ips: &[],
+        tags,
+        attach: None,
+    })
 }
 
 #[tokio::test]
 async fn leaked_enis_are_deleted_when_old_enough_and_ours() {
     let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
+    let ec2 = ec2("t3.medium");
     let ago = |minutes: u64| {
         humantime::format_rfc3339_seconds(
             std::time::SystemTime::now() - std::time::Duration::from_secs(minutes * 60),
@@ -312,9 +293,8 @@ async fn leaked_enis_are_deleted_when_old_enough_and_ours() {
     let ours = "aws-K8S-i-0someothernode";
     let inst = ("node.k8s.amazonaws.com/instance_id", "i-0someothernode");
     let cluster = |c: &'static str| ("cluster.k8s.amazonaws.com/name", c);
-    leak(
+    let eni_old = leak(
         &ec2,
-        "eni-old",
         ours,
         &[
             inst,
@@ -323,9 +303,8 @@ async fn leaked_enis_are_deleted_when_old_enough_and_ours() {
         ],
         200,
     );
-    leak(
+    let eni_young = leak(
         &ec2,
-        "eni-young",
         ours,
         &[
             inst,
@@ -334,10 +313,9 @@ async fn leaked_enis_are_deleted_when_old_enough_and_ours() {
         ],
         201,
     );
-    leak(&ec2, "eni-unstamped", ours, &[inst, cluster("prod")], 202);
-    leak(
+    let eni_unstamped = leak(&ec2, ours, &[inst, cluster("prod")], 202);
+    let eni_not_ours = leak(
         &ec2,
-        "eni-not-ours",
         "a load balancer",
         &[
             inst,
@@ -346,9 +324,8 @@ async fn leaked_enis_are_deleted_when_old_enough_and_ours() {
         ],
         203,
     );
-    leak(
+    let eni_other_cluster = leak(
         &ec2,
-        "eni-other-cluster",
         ours,
         &[
             inst,
@@ -362,7 +339,6 @@ async fn leaked_enis_are_deleted_when_old_enough_and_ours() {
         dir.path(),
         &ec2,
         &ManualClock::at(now_ms()),
-        "t3.medium",
         &host,
         &[("CLUSTER_NAME", "prod")],
     )
@@ -372,17 +348,17 @@ async fn leaked_enis_are_deleted_when_old_enough_and_ours() {
     let report = d.clean_leaked_enis().await;
     assert_eq!((report.deleted, report.spared), (1, 2), "{report:?}");
     let left: Vec<String> = ec2.enis().into_iter().map(|e| e.id).collect();
-    assert!(!left.contains(&"eni-old".to_string()));
+    assert!(!left.contains(&eni_old));
     for kept in [
-        "eni-young",
-        "eni-unstamped",
-        "eni-not-ours",
-        "eni-other-cluster",
-        ENI,
+        &eni_young,
+        &eni_unstamped,
+        &eni_not_ours,
+        &eni_other_cluster,
+        &ec2.primary,
     ] {
-        assert!(left.contains(&kept.to_string()), "{kept} was deleted");
+        assert!(left.contains(kept), "{kept} was deleted");
     }
-    let stamped = ec2.eni("eni-unstamped").unwrap();
+    let stamped = ec2.eni(&eni_unstamped).unwrap();
     assert!(
         stamped
             .tags
@@ -419,7 +395,7 @@ async fn new_enis_carry_the_cluster_and_additional_tags() {
     assert_eq!(
         tags.get("node.k8s.amazonaws.com/instance_id")
             .map(String::as_str),
-        Some(INSTANCE),
+        Some(node.ec2.instance.as_str()),
         "a reserved key in ADDITIONAL_ENI_TAGS is not applied"
     );
 }

@@ -3,11 +3,11 @@
 
 use crate::support;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
-use cloud::{CloudError, Subnet};
+use cloud::{CloudError, Ec2};
 use ipam_proto::{CheckRequest, ErrorKind, GcRequest, Reply, Request, ValidAttachment};
 use ipnetwork::Ipv6Network;
 use pool::Clock;
@@ -20,21 +20,12 @@ const SUBNET6: &str = "2001:db8:0:1::/64";
 /// A node whose subnet has an IPv6 /64, so AssignIpv6Addresses can delegate /80s of it.
 fn v6_node() -> Node {
     let node = Node::at(1_000);
-    node.ec2.set_ipv6_per_eni(10);
-    node.ec2.add_subnet(Subnet {
-        id: "subnet-1".into(),
-        cidr: "10.0.0.0/24".parse().unwrap(),
-        ipv6_cidr: Some(SUBNET6.parse().unwrap()),
-        availability_zone: "us-west-2a".into(),
-        vpc_id: "vpc-1".into(),
-        available_ips: 251,
-        tags: BTreeMap::new(),
-    });
+    node.ec2.enable_ipv6(SUBNET6);
     node
 }
 
 fn prefixes(node: &Node) -> Vec<Ipv6Network> {
-    node.ec2.eni(ENI).unwrap().ipv6_prefixes
+    node.ec2.eni(&node.ec2.primary).unwrap().ipv6_prefixes
 }
 
 fn ipv6_of(reply: Reply) -> Ipv6Addr {
@@ -52,7 +43,11 @@ async fn ipv6_mode_gets_one_slash_80_and_no_ipv4_pool() {
     assert_eq!(delegated.len(), 1, "one /80 on the primary ENI");
     assert_eq!(delegated[0].prefix(), 80);
     assert!(
-        node.ec2.eni(ENI).unwrap().secondary_ips.is_empty(),
+        node.ec2
+            .eni(&node.ec2.primary)
+            .unwrap()
+            .secondary_ips
+            .is_empty(),
         "no IPv4 addresses are asked for in IPv6 mode"
     );
     assert_eq!(
@@ -67,7 +62,10 @@ async fn ipv6_mode_gets_one_slash_80_and_no_ipv4_pool() {
     let ip = a.ipv6.expect("an IPv6 address");
     assert!(delegated[0].contains(ip));
     assert_eq!(a.ip, None, "IPv6 mode gives no IPv4 address");
-    assert_eq!((a.eni_id.as_str(), a.route_table), (ENI, 254));
+    assert_eq!(
+        (a.eni_id.as_str(), a.route_table),
+        (node.ec2.primary.as_str(), 254)
+    );
     // More pods never need EC2 again.
     for n in 2..30 {
         allocate(&d, n).await;
@@ -163,7 +161,8 @@ async fn a_prefix_ec2_took_away_is_dropped_at_restart_and_replaced() {
         allocate(&d, 1).await;
     }
     let delegated = prefixes(&node);
-    cloud::Ec2::unassign_ipv6_prefixes(&node.ec2, ENI, &delegated)
+    node.ec2
+        .unassign_ipv6_prefixes(&node.ec2.primary, &delegated)
         .await
         .unwrap();
     let d = node.start(V6).await;
@@ -183,7 +182,7 @@ async fn a_prefix_ec2_took_away_is_dropped_at_restart_and_replaced() {
 async fn without_a_prefix_ipamd_is_not_ready_and_says_why_then_recovers() {
     let node = v6_node();
     node.ec2.fail_next(
-        cloud::Action::AssignIpv6Addresses.wire_name(),
+        cloud::Action::AssignIpv6Addresses,
         vec![CloudError::from_code(
             cloud::Action::AssignIpv6Addresses.wire_name(),
             "UnauthorizedOperation",
@@ -216,7 +215,13 @@ async fn dual_stack_pods_get_both_families_and_release_both() {
     let a = allocate(&d, 1).await;
     let (v4, v6) = (a.ip.expect("IPv4"), a.ipv6.expect("IPv6"));
     assert!(prefixes(&node)[0].contains(v6));
-    assert!(node.ec2.eni(ENI).unwrap().secondary_ips.contains(&v4));
+    assert!(
+        node.ec2
+            .eni(&node.ec2.primary)
+            .unwrap()
+            .secondary_ips
+            .contains(&v4)
+    );
     match d.handle(del(1)).await.unwrap() {
         Reply::Del(r) => {
             let r = r.released.unwrap();

@@ -7,14 +7,14 @@ use crate::support;
 use cloud::{CloudError, CloudErrorKind};
 use support::*;
 
-fn calls_of(ec2: &cloud::fake::FakeEc2, api: &str) -> usize {
+fn calls_of(ec2: &Cloud, api: &str) -> usize {
     ec2.calls().iter().filter(|c| c.starts_with(api)).count()
 }
 
 /// The next ENI cannot be attached, so ipamd deletes it at once.
-fn refuse_next_attach(ec2: &cloud::fake::FakeEc2) {
+fn refuse_next_attach(ec2: &Cloud) {
     ec2.fail_next(
-        cloud::Action::AttachNetworkInterface.wire_name(),
+        cloud::Action::AttachNetworkInterface,
         vec![CloudError::from_code(
             cloud::Action::AttachNetworkInterface.wire_name(),
             "AttachmentLimitExceeded",
@@ -30,12 +30,13 @@ fn unavailable(api: &str) -> CloudError {
 #[tokio::test]
 async fn lost_create_answers_are_resent_with_the_same_token_and_cost_one_eni() {
     let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
+    let ec2 = ec2("t3.medium");
     let d = start(dir.path(), &ec2, &ManualClock::at(0)).await;
     assert_eq!(ec2.enis().len(), 1);
 
     // EC2 creates the ENI every time, but three answers in a row never arrive.
-    ec2.lose_create_answers(3);
+    ec2.account()
+        .lose_answers(cloud::Action::CreateNetworkInterface, 3);
     allocate(&d, 1).await;
     for _ in 0..3 {
         d.grow().await;
@@ -72,15 +73,16 @@ async fn lost_create_answers_are_resent_with_the_same_token_and_cost_one_eni() {
 #[tokio::test]
 async fn a_refused_create_starts_afresh() {
     let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
+    let ec2 = ec2("t3.medium");
     let d = start(dir.path(), &ec2, &ManualClock::at(0)).await;
-    ec2.lose_create_answers(1);
+    ec2.account()
+        .lose_answers(cloud::Action::CreateNetworkInterface, 1);
     allocate(&d, 1).await;
     d.grow().await;
     // EC2 answers the resent request with a refusal: its token did not create anything the
     // node is waiting for, so the next attempt is a new request.
     ec2.fail_next(
-        cloud::Action::CreateNetworkInterface.wire_name(),
+        cloud::Action::CreateNetworkInterface,
         vec![CloudError::from_code(
             cloud::Action::CreateNetworkInterface.wire_name(),
             "UnauthorizedOperation",
@@ -100,12 +102,12 @@ async fn a_refused_create_starts_afresh() {
 #[tokio::test]
 async fn a_delete_refused_while_ec2_detaches_waits_for_the_detach_then_deletes_once_more() {
     let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
+    let ec2 = ec2("t3.medium");
     let d = start(dir.path(), &ec2, &ManualClock::at(0)).await;
     // The new ENI cannot be attached, so it is deleted at once; EC2 first says it is in use.
     refuse_next_attach(&ec2);
     ec2.fail_next(
-        cloud::Action::DeleteNetworkInterface.wire_name(),
+        cloud::Action::DeleteNetworkInterface,
         vec![CloudError::from_code(
             cloud::Action::DeleteNetworkInterface.wire_name(),
             "InvalidNetworkInterface.InUse",
@@ -131,18 +133,18 @@ async fn a_delete_refused_while_ec2_detaches_waits_for_the_detach_then_deletes_o
 #[tokio::test]
 async fn a_delete_that_keeps_failing_is_sent_once_by_the_daemon() {
     let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
+    let ec2 = ec2("t3.medium");
     let d = start(dir.path(), &ec2, &ManualClock::at(0)).await;
     refuse_next_attach(&ec2);
     ec2.fail_next(
-        cloud::Action::DeleteNetworkInterface.wire_name(),
+        cloud::Action::DeleteNetworkInterface,
         (0..10)
             .map(|_| unavailable(cloud::Action::DeleteNetworkInterface.wire_name()))
             .collect(),
     );
     allocate(&d, 1).await;
     d.grow().await;
-    // Retrying is the EC2 client's job (cloud::throttle::Throttled, tested there); this fake
+    // Retrying is the EC2 client's job (cloud::throttle::Throttled, tested there); this EC2
     // is not behind it, so every request the daemon itself sends shows here.
     assert_eq!(
         calls_of(&ec2, cloud::Action::DeleteNetworkInterface.wire_name()),

@@ -1,5 +1,6 @@
 //! ipamd when things go wrong: missed DELs, an ENI replaced behind its back, a link that never
-//! appears, and an ADD no growth can serve (fake EC2, hand-driven clock, paused tokio time).
+//! appears, and an ADD no growth can serve (vpc-sim's EC2 in process, hand-driven clock, paused
+//! tokio time).
 
 use crate::support;
 
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use cloud::{Attachment, Ec2, NetworkInterface};
+use cloud::Ec2;
 use ipam_proto::ErrorKind;
 use ipamd::daemon::DEAD_POD_GRACE;
 use pool::Clock;
@@ -55,13 +56,12 @@ async fn a_restart_reclaims_addresses_whose_pods_went_while_it_was_down() {
 async fn a_prefix_delegation_eni_brings_its_prefix_into_the_pool() {
     let dir = tempfile::tempdir().unwrap();
     // t3.nano: 2 ENIs of 2 IPv4 each, so one /28 per ENI.
-    let ec2 = ec2_with(2, 2, "10.0.0.0/24");
+    let ec2 = ec2("t3.nano");
     let host = Arc::new(RecordingHost::default());
     let d = start_with(
         dir.path(),
         &ec2,
         &ManualClock::at(0),
-        "t3.nano",
         &host,
         &[("ENABLE_PREFIX_DELEGATION", "true")],
     )
@@ -104,26 +104,13 @@ async fn an_eni_replaced_at_the_same_index_keeps_its_table_for_the_successor() {
         .unwrap();
     // Before ipamd looks, another ENI of ours is attached at the same index.
     let successor_ip = Ipv4Addr::new(10, 0, 0, 200);
-    node.ec2.add_eni(
-        NetworkInterface {
-            id: "eni-successor".into(),
-            mac: "02:00:00:00:00:c8".into(),
-            subnet_id: "subnet-1".into(),
-            description: format!("aws-K8S-{INSTANCE}"),
-            status: "in-use".into(),
-            primary_ip: Some(successor_ip),
-            secondary_ips: vec![Ipv4Addr::new(10, 0, 0, 201)],
-            attachment: Some(Attachment {
-                id: "eni-attach-successor".into(),
-                instance_id: Some(INSTANCE.into()),
-                device_index: 1,
-                network_card_index: 0,
-                delete_on_termination: true,
-            }),
-            ..Default::default()
-        },
-        "10.0.0.0/24".parse().unwrap(),
-    );
+    let successor = node.ec2.add_eni(AddEni {
+        description: &format!("aws-K8S-{}", node.ec2.instance),
+        primary_ip: successor_ip,
+        secondary_ips: &[Ipv4Addr::new(10, 0, 0, 201)],
+        tags: &[],
+        attach: Some((1, true)),
+    });
     let before = node.host.calls().len();
     d.reconcile().await;
 
@@ -138,10 +125,7 @@ async fn an_eni_replaced_at_the_same_index_keeps_its_table_for_the_successor() {
     );
     let snapshot = d.pool_snapshot();
     assert!(snapshot.eni(&old.id).is_none());
-    assert_eq!(
-        snapshot.eni("eni-successor").map(|e| e.device_number),
-        Some(1)
-    );
+    assert_eq!(snapshot.eni(&successor).map(|e| e.device_number), Some(1));
 }
 
 #[tokio::test(start_paused = true)]
@@ -217,8 +201,8 @@ async fn an_unreadable_aws_node_checkpoint_stops_ipamd_and_names_the_file() {
         "{\"version\":\"vpc-cni-ipam/1\",\"allocations\":[",
     )
     .unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
-    let err = match try_start(dir.path(), &ec2, &ManualClock::at(0), "t3.medium").await {
+    let ec2 = ec2("t3.medium");
+    let err = match try_start(dir.path(), &ec2, &ManualClock::at(0)).await {
         Ok(_) => panic!("started with a truncated checkpoint"),
         Err(e) => e.to_string(),
     };

@@ -1,4 +1,4 @@
-//! ipamd and the scheduler, with replaced seams (a fake EC2; the cluster as views the test
+//! ipamd and the scheduler, with replaced seams (vpc-sim's EC2 in process; the cluster as views the test
 //! sends; the Events the daemon records read from its queue): per-node settings, the Events
 //! a failure raises, pending pods, a cordon, and the capacity it publishes. The same against a
 //! real API server, kubelet and scheduler is tests/tests/it/kube_aware.rs on kube-in-a-box.
@@ -174,7 +174,7 @@ async fn a_refused_permission_is_an_event_on_ipamds_own_pod() {
     let node = Node::at(0);
     node.cluster.send_replace(view(&[], &[], false));
     node.ec2.fail_next(
-        cloud::Action::AssignPrivateIpAddresses.wire_name(),
+        cloud::Action::AssignPrivateIpAddresses,
         vec![CloudError::from_code(
             cloud::Action::AssignPrivateIpAddresses.wire_name(),
             "UnauthorizedOperation",

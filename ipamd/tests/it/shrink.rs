@@ -1,5 +1,5 @@
 //! Prefix delegation, and the pool shrinking: addresses above target given back, empty ENIs
-//! freed (fake EC2, hand-driven clock).
+//! freed (vpc-sim's EC2 in process, hand-driven clock).
 
 use crate::support;
 
@@ -16,7 +16,7 @@ async fn prefix_delegation_serves_pods_from_a_28() {
             ("WARM_PREFIX_TARGET", "1"),
         ])
         .await;
-    let primary = node.ec2.eni(ENI).unwrap();
+    let primary = node.ec2.eni(&node.ec2.primary).unwrap();
     assert_eq!(primary.prefixes.len(), 1, "{primary:?}");
     assert!(primary.secondary_ips.is_empty());
     let prefix = primary.prefixes[0];
@@ -25,7 +25,7 @@ async fn prefix_delegation_serves_pods_from_a_28() {
     assert!(prefix.contains(a.ip.unwrap()), "{:?} not in {prefix}", a.ip);
     // A pod in the prefix leaves no whole free prefix: WARM_PREFIX_TARGET=1 asks for a second.
     d.grow().await;
-    assert_eq!(node.ec2.eni(ENI).unwrap().prefixes.len(), 2);
+    assert_eq!(node.ec2.eni(&node.ec2.primary).unwrap().prefixes.len(), 2);
 }
 
 #[tokio::test]
@@ -33,7 +33,7 @@ async fn addresses_above_warm_ip_target_go_back_after_cooldown() {
     let node = Node::at(1_000_000);
     let d = node.start(&[("WARM_IP_TARGET", "2")]).await;
     assert_eq!(
-        node.ec2.eni(ENI).unwrap().secondary_ips.len(),
+        node.ec2.eni(&node.ec2.primary).unwrap().secondary_ips.len(),
         2,
         "WARM_IP_TARGET=2 at 0 pods"
     );
@@ -42,7 +42,7 @@ async fn addresses_above_warm_ip_target_go_back_after_cooldown() {
         d.grow().await;
     }
     assert_eq!(
-        node.ec2.eni(ENI).unwrap().secondary_ips.len(),
+        node.ec2.eni(&node.ec2.primary).unwrap().secondary_ips.len(),
         5,
         "3 pods + 2 warm"
     );
@@ -51,14 +51,14 @@ async fn addresses_above_warm_ip_target_go_back_after_cooldown() {
     }
     d.grow().await;
     assert_eq!(
-        node.ec2.eni(ENI).unwrap().secondary_ips.len(),
+        node.ec2.eni(&node.ec2.primary).unwrap().secondary_ips.len(),
         5,
         "cooling addresses are kept"
     );
     node.clock.advance(Duration::from_secs(31));
     d.grow().await;
     assert_eq!(
-        node.ec2.eni(ENI).unwrap().secondary_ips.len(),
+        node.ec2.eni(&node.ec2.primary).unwrap().secondary_ips.len(),
         2,
         "back to the warm target"
     );

@@ -26,7 +26,7 @@ const FRAME_TIMEOUT: Duration = Duration::from_millis(200);
 
 async fn serve(allowed_uid: u32) -> Served {
     let dir = tempfile::tempdir().unwrap();
-    let ec2 = ec2(6, "10.0.0.0/24");
+    let ec2 = ec2("t3.medium");
     let daemon = Arc::new(start(dir.path(), &ec2, &ManualClock::at(1_000)).await);
     let socket = dir.path().join("run/ipamd.sock");
     let listener = server::bind(&socket).unwrap();

@@ -26,7 +26,7 @@
 //! first (it stands in front of the service, as EC2's throttling does); see [`crate::faults`]
 //! and [`crate::iam`].
 
-mod actions;
+pub(crate) mod actions;
 pub mod error;
 pub mod filter;
 pub mod inject;

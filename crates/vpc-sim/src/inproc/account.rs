@@ -5,15 +5,16 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use cloud::throttle::TokenBucket;
-use cloud::{Action, CloudError, CloudErrorKind};
+use cloud::{Action, CloudError, CloudErrorKind, NetworkInterface};
 use tokio::time::Instant;
 
+use super::convert::interface;
 use super::options::{Buckets, Options};
 use crate::ec2::Ec2Error;
 use crate::ec2::inject;
 use crate::faults::{FaultError, FaultReport, Faults, Injector, Outcome};
 use crate::iam::{Iam, IamError, IamPolicy, IamReport};
-use crate::model::{Model, ModelError};
+use crate::model::Model;
 
 /// What EC2 answered over the run.
 #[derive(Clone, Debug, Default)]
@@ -66,10 +67,6 @@ fn lost(action: Action) -> CloudError {
 
 fn ec2_error(action: Action, e: Ec2Error) -> CloudError {
     CloudError::from_code(action, &e.code, e.message)
-}
-
-fn model_error(action: Action, e: &ModelError) -> CloudError {
-    CloudError::from_code(action, e.code(), e.to_string())
 }
 
 fn bucket(action: Action, b: Buckets) -> TokenBucket {
@@ -180,14 +177,26 @@ impl Account {
         f(&mut self.lock().model)
     }
 
+    /// Every ENI as DescribeNetworkInterfaces shows it, by id, read outside EC2's accounting
+    /// (what a test checks EC2 holds, without a call of its own in the log).
+    pub fn network_interfaces(&self) -> Vec<NetworkInterface> {
+        self.with_model(|m| m.enis().map(|e| interface(m, e)).collect())
+    }
+
+    /// One ENI as DescribeNetworkInterfaces shows it, outside EC2's accounting; `None` when
+    /// EC2 has no such ENI.
+    pub fn network_interface(&self, id: &str) -> Option<NetworkInterface> {
+        self.with_model(|m| m.eni(id).ok().map(|e| interface(m, e)))
+    }
+
     /// One EC2 request of `action` (`arg` says what it was about, for the log): in the order
     /// the HTTP server and EC2 take them, a scripted failure, the latency, the fault plan, the
     /// request buckets, the IAM policy, and then `f` on the model.
-    pub(super) async fn call<T>(
+    pub(super) async fn call<T, E: Into<Ec2Error>>(
         &self,
         action: Action,
         arg: impl FnOnce() -> String,
-        f: impl FnOnce(&mut Model, u64) -> Result<T, ModelError>,
+        f: impl FnOnce(&mut Model, u64) -> Result<T, E>,
     ) -> Result<T, CloudError> {
         let fault = {
             let mut inner = self.lock();
@@ -236,7 +245,7 @@ impl Account {
         if inner.iam.check(action.wire_name()) {
             return Err(ec2_error(action, inject::unauthorized(action.wire_name())));
         }
-        let result = f(&mut inner.model, now_ms).map_err(|e| model_error(action, &e));
+        let result = f(&mut inner.model, now_ms).map_err(|e| ec2_error(action, e.into()));
         let lose = inner.lost_answers.get_mut(&action).filter(|n| **n > 0);
         if let Some(n) = lose {
             *n -= 1;

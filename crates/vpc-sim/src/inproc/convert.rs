@@ -2,6 +2,7 @@
 
 use cloud::{Attachment, EniFilter, NetworkInterface, Subnet};
 
+use crate::ec2::params::Filter;
 use crate::model::{self, Model};
 
 /// An ENI as DescribeNetworkInterfaces shows it.
@@ -43,15 +44,13 @@ pub(super) fn subnet(model: &Model, s: &model::Subnet) -> Subnet {
     }
 }
 
-/// Whether `s` passes DescribeSubnets' filters (those ipamd sends).
-pub(super) fn matches(s: &Subnet, filters: &[EniFilter]) -> bool {
-    filters.iter().all(|f| {
-        let value = match f.name.as_str() {
-            "vpc-id" => &s.vpc_id,
-            "availability-zone" => &s.availability_zone,
-            "subnet-id" => &s.id,
-            _ => return true,
-        };
-        f.values.iter().any(|v| v == value)
-    })
+/// The seam's filters as the EC2 API's, so both select with the same code.
+pub(super) fn filters(filters: &[EniFilter]) -> Vec<Filter> {
+    filters
+        .iter()
+        .map(|f| Filter {
+            name: f.name.clone(),
+            values: f.values.clone(),
+        })
+        .collect()
 }

@@ -10,8 +10,10 @@ use cloud::{
 use ipnetwork::{Ipv4Network, Ipv6Network};
 
 use super::Account;
-use super::convert::{interface, matches, subnet};
-use crate::model::{Assign6Request, AssignRequest, EniChange};
+use super::convert::{filters as api_filters, interface, subnet};
+use crate::ec2::Ec2Error;
+use crate::ec2::actions::{describe_enis, subnets};
+use crate::model::{Assign6Request, AssignRequest, EniChange, ModelError};
 
 /// One node's EC2 client.
 #[derive(Clone)]
@@ -41,10 +43,12 @@ impl NodeEc2 {
                 || instance_id.to_string(),
                 |m, _| {
                     m.instance(instance_id)?;
-                    Ok(m.enis_of(instance_id)
-                        .iter()
-                        .filter_map(|e| e.attachment.as_ref().map(|a| a.device_index))
-                        .collect())
+                    Ok::<_, ModelError>(
+                        m.enis_of(instance_id)
+                            .iter()
+                            .filter_map(|e| e.attachment.as_ref().map(|a| a.device_index))
+                            .collect(),
+                    )
                 },
             )
             .await
@@ -118,10 +122,12 @@ impl Ec2 for NodeEc2 {
                 Action::DescribeNetworkInterfaces,
                 || format!("attachment.instance-id={instance_id}"),
                 |m, _| {
-                    Ok(m.enis_of(instance_id)
-                        .into_iter()
-                        .map(|e| interface(m, e))
-                        .collect())
+                    Ok::<_, ModelError>(
+                        m.enis_of(instance_id)
+                            .into_iter()
+                            .map(|e| interface(m, e))
+                            .collect(),
+                    )
                 },
             )
             .await
@@ -274,16 +280,16 @@ impl Ec2 for NodeEc2 {
         &self,
         filters: &[EniFilter],
     ) -> Result<Vec<NetworkInterface>, CloudError> {
-        // Only ipamd's leaked-ENI cleanup asks this, and the fleet's nodes leak nothing; the
-        // model's filtered describe is not wired here yet.
-        Err(CloudError::from_code(
-            Action::DescribeNetworkInterfaces,
-            "UnsupportedOperation",
-            format!(
-                "filtered DescribeNetworkInterfaces ({} filters) is not simulated in process",
-                filters.len()
-            ),
-        ))
+        self.account
+            .call(
+                Action::DescribeNetworkInterfaces,
+                || format!("{} filters", filters.len()),
+                |m, _| {
+                    let found = describe_enis::select(m, &api_filters(filters))?;
+                    Ok::<_, Ec2Error>(found.into_iter().map(|e| interface(m, e)).collect())
+                },
+            )
+            .await
     }
 
     async fn create_tags(
@@ -306,11 +312,8 @@ impl Ec2 for NodeEc2 {
                 Action::DescribeSubnets,
                 || format!("{} filters", filters.len()),
                 |m, _| {
-                    Ok(m.subnets()
-                        .into_iter()
-                        .map(|s| subnet(m, s))
-                        .filter(|s| matches(s, filters))
-                        .collect())
+                    let found = subnets::select(m, &api_filters(filters))?;
+                    Ok::<_, Ec2Error>(found.into_iter().map(|s| subnet(m, s)).collect())
                 },
             )
             .await

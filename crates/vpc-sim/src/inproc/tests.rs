@@ -141,3 +141,69 @@ async fn ec2_like_accounts_take_their_time_and_run_out_of_tokens() {
     assert_eq!(slow.tally().throttled, 1);
     assert!(slow.calls().is_empty(), "ec2_like logs no calls");
 }
+
+#[tokio::test]
+async fn filtered_describes_select_as_the_http_api_does() {
+    let (account, instance) = account();
+    let ec2 = NodeEc2::new(&account);
+    let tag = |k: &str, v: &str| [(k.to_string(), v.to_string())].into();
+    let subnet = account.with_model(|m| m.subnets()[0].id.clone());
+    let leaked = ec2
+        .create_network_interface(&cloud::CreateEni {
+            subnet_id: subnet.clone(),
+            tags: tag("node.k8s.amazonaws.com/instance_id", "i-0gone"),
+            ..cloud::CreateEni::default()
+        })
+        .await
+        .unwrap();
+    let f = cloud::EniFilter::new;
+    let found = ec2
+        .find_network_interfaces(&[
+            f("tag-key", "node.k8s.amazonaws.com/instance_id"),
+            f("status", "available"),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(found, std::slice::from_ref(&leaked));
+    let attached = ec2
+        .find_network_interfaces(&[f("attachment.instance-id", &instance)])
+        .await
+        .unwrap();
+    assert_eq!(attached.len(), 1);
+    assert_eq!(attached[0].id, primary(&account, &instance));
+    let e = ec2
+        .find_network_interfaces(&[f("no-such-filter", "x")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code.as_deref(), Some("InvalidParameterValue"), "{e}");
+
+    let other = account.with_model(|m| {
+        m.add_subnet(
+            "10.0.1.0/24".parse().unwrap(),
+            None,
+            tag("kubernetes.io/role/cni", "1"),
+        )
+        .unwrap()
+    });
+    let tagged = ec2
+        .describe_subnets(&[f("tag:kubernetes.io/role/cni", "1")])
+        .await
+        .unwrap();
+    assert_eq!(tagged.len(), 1);
+    assert_eq!(
+        (tagged[0].id.as_str(), tagged[0].available_ips),
+        (other.as_str(), 251)
+    );
+    let e = ec2
+        .describe_subnets(&[f("default-for-az", "true")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code.as_deref(), Some("InvalidParameterValue"), "{e}");
+    assert_eq!(
+        account.network_interface(&leaked.id),
+        Some(leaked),
+        "read outside EC2's accounting"
+    );
+    assert_eq!(account.network_interfaces().len(), 2);
+    assert_eq!(account.calls().len(), 6, "the reads are not EC2 calls");
+}

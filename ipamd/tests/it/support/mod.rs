@@ -5,8 +5,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cloud::fake::{FakeEc2, FakeImds};
-use cloud::{Attachment, EniMetadata, NetworkInterface, NodeIdentity};
+use cloud::{Action, CloudError, InstanceLimits, NetworkInterface, NodeIdentity};
 use introspect::Metrics;
 use ipam_proto::{
     AddRequest, Allocation, AttachmentKey, DelReason, DelRequest, PodMeta, Reply, Request,
@@ -14,12 +13,12 @@ use ipam_proto::{
 use ipamd::config::Config;
 use ipamd::host::{HostError, HostNetwork, IdleVeth, NodeNet};
 use ipamd::{Daemon, Parts};
+use ipnetwork::{Ipv4Network, Ipv6Network};
 use netops::EniSpec;
 use pool::{Clock, Timestamp};
 use store::SledStore;
-
-pub const ENI: &str = "eni-0primary";
-pub const INSTANCE: &str = "i-0123456789abcdef0";
+use vpc_sim::inproc::{Account, NodeEc2, NodeImds, Options};
+use vpc_sim::model::{self, EniChange, Model, SubnetSpec, Tags, Topology};
 
 /// A clock the test moves by hand.
 #[derive(Default)]
@@ -61,67 +60,199 @@ pub fn config(state_dir: &Path, env: &[(&str, &str)]) -> Config {
     Config::from_env(|k| vars.get(k).cloned()).unwrap()
 }
 
-pub fn identity(instance_type: &str) -> NodeIdentity {
-    NodeIdentity {
-        instance_id: INSTANCE.into(),
-        instance_type: instance_type.into(),
-        region: "us-west-2".into(),
-        availability_zone: "us-west-2a".into(),
-        primary_ip: Ipv4Addr::new(10, 0, 0, 10),
-        primary_ipv6: None,
-        vpc_id: "vpc-1".into(),
-        vpc_cidrs: vec!["10.0.0.0/16".parse().unwrap()],
-        primary_eni: EniMetadata {
-            mac: "02:00:00:00:00:01".into(),
-            eni_id: ENI.into(),
-            device_number: 0,
-            subnet_id: "subnet-1".into(),
-            subnet_cidr: "10.0.0.0/24".parse().unwrap(),
-            local_ipv4s: vec![Ipv4Addr::new(10, 0, 0, 10)],
-            ipv6s: Vec::new(),
-            ipv6_prefixes: Vec::new(),
-        },
+/// The node's EC2: vpc-sim's model in process, holding one VPC (10.0.0.0/16) with the node's
+/// subnet (10.0.0.0/24) and the node launched into it, its primary ENI in a security group of
+/// its own; the node's client of it (what the daemon is given, and what `Deref` calls); and
+/// the ids the model generated for the node. Every call is logged; EC2 answers at once.
+pub struct Cloud {
+    client: NodeEc2,
+    /// The instance.
+    pub instance: String,
+    /// Its primary ENI (device 0).
+    pub primary: String,
+    /// The node's subnet.
+    pub subnet: String,
+    /// The VPC.
+    pub vpc: String,
+}
+
+impl Cloud {
+    /// The node launched as `instance_type`, with `extra_types` known to EC2 besides its table.
+    pub fn launch(instance_type: &str, extra_types: &[(&str, InstanceLimits)]) -> Cloud {
+        let topology = Topology {
+            vpc_cidr: "10.0.0.0/16".parse().unwrap(),
+            secondary_cidrs: vec![],
+            region: "us-west-2".into(),
+            subnets: vec![SubnetSpec::new("10.0.0.0/24".parse().unwrap())],
+            security_groups: vec!["node".into()],
+            ipv6: false,
+            vpc_ipv6_cidr: None,
+            nodes: 1,
+            instance_type: instance_type.into(),
+            extra_types: extra_types
+                .iter()
+                .map(|(name, limits)| (name.to_string(), *limits))
+                .collect(),
+        };
+        let model = Model::build(&topology, vpc_sim::rand::Rng::seeded(1), 0).unwrap();
+        let account = Account::new(model, Options::instant());
+        let (instance, primary, subnet, vpc) = account.with_model(|m| {
+            let group = m
+                .security_groups()
+                .find(|g| g.name == "node")
+                .map(|g| g.id.clone())
+                .unwrap();
+            let i = m.instances()[0].clone();
+            m.modify_eni(&i.primary_eni, EniChange::SecurityGroups(vec![group]))
+                .unwrap();
+            (i.id, i.primary_eni, i.subnet_id, m.vpc().id.clone())
+        });
+        Cloud {
+            client: NodeEc2::new(&account),
+            instance,
+            primary,
+            subnet,
+            vpc,
+        }
+    }
+
+    /// The account behind the client: scripted failures, lost answers, the model itself.
+    pub fn account(&self) -> &Arc<Account> {
+        self.client.account()
+    }
+
+    /// The instance's IMDS, which follows the model.
+    pub fn imds(&self) -> NodeImds {
+        NodeImds::new(self.account(), &self.instance)
+    }
+
+    /// Every ENI EC2 holds, by id.
+    pub fn enis(&self) -> Vec<NetworkInterface> {
+        self.account().network_interfaces()
+    }
+
+    /// The ENI as EC2 holds it now.
+    pub fn eni(&self, id: &str) -> Option<NetworkInterface> {
+        self.account().network_interface(id)
+    }
+
+    /// Every EC2 call made, as `Action(arg)`, in order.
+    pub fn calls(&self) -> Vec<String> {
+        self.account().calls()
+    }
+
+    /// Makes the next call(s) of `action` fail with these errors, one per call.
+    pub fn fail_next(&self, action: Action, errors: Vec<CloudError>) {
+        self.account().fail_next(action, errors);
+    }
+
+    /// Associates another IPv4 CIDR with the VPC (subnets for pods, as custom networking uses).
+    pub fn add_vpc_cidr(&self, cidr: &str) {
+        self.account()
+            .with_model(|m| m.add_vpc_cidr(cidr.parse().unwrap()))
+            .unwrap();
+    }
+
+    /// Adds a subnet of the VPC in the node's AZ; returns its id.
+    pub fn add_subnet(&self, cidr: &str, tags: &[(&str, &str)]) -> String {
+        let cidr: Ipv4Network = cidr.parse().unwrap();
+        self.account()
+            .with_model(|m| m.add_subnet(cidr, None, tags_of(tags)))
+            .unwrap()
+    }
+
+    /// Creates a security group; returns its id.
+    pub fn add_security_group(&self, name: &str) -> String {
+        let vpc = self.vpc.clone();
+        self.account()
+            .with_model(|m| m.create_security_group(name, name, &vpc, Tags::new()))
+            .unwrap()
+            .id
+    }
+
+    /// Gives the VPC an IPv6 /56 and the node's subnet `subnet` (a /64 of it), after the
+    /// launch: the primary ENI has no IPv6 address, but /80s of the subnet can be delegated.
+    pub fn enable_ipv6(&self, subnet: &str) {
+        let subnet: Ipv6Network = subnet.parse().unwrap();
+        let around = Ipv6Network::new(subnet.network(), model::VPC_V6_LEN).unwrap();
+        let vpc = Ipv6Network::new(around.network(), model::VPC_V6_LEN).unwrap();
+        self.account()
+            .with_model(|m| {
+                m.add_vpc_ipv6_cidr(Some(vpc))?;
+                m.associate_subnet_ipv6_cidr(&self.subnet, Some(subnet))
+            })
+            .unwrap();
+    }
+
+    /// An ENI in the node's subnet made behind the node's back (no EC2 call logged): with
+    /// `primary_ip` and `secondary_ips`, and attached at `device` when one is given.
+    pub fn add_eni(&self, eni: AddEni<'_>) -> String {
+        let now = u64::try_from(self.account().elapsed().as_millis()).unwrap();
+        self.account()
+            .with_model(|m| {
+                let id = m
+                    .create_eni(
+                        model::CreateEni {
+                            subnet_id: self.subnet.clone(),
+                            description: eni.description.into(),
+                            primary_ip: Some(eni.primary_ip),
+                            tags: tags_of(eni.tags),
+                            ..model::CreateEni::default()
+                        },
+                        now,
+                    )?
+                    .id;
+                if !eni.secondary_ips.is_empty() {
+                    let ips = model::AssignRequest::Addresses(eni.secondary_ips.to_vec());
+                    m.assign_private_ips(&id, ips, now)?;
+                }
+                if let Some((device, delete_on_termination)) = eni.attach {
+                    let attachment = m.attach_eni(&id, &self.instance, device, 0, now)?;
+                    let change = EniChange::DeleteOnTermination {
+                        attachment_id: attachment,
+                        value: delete_on_termination,
+                    };
+                    m.modify_eni(&id, change)?;
+                }
+                Ok::<_, model::ModelError>(id)
+            })
+            .unwrap()
     }
 }
 
-/// EC2 knowing the node's primary ENI (attached at device 0) in `subnet`; every ENI is
-/// capped at `ipv4_per_eni` addresses and the instance at `max_enis`.
-pub fn ec2_with(ipv4_per_eni: u32, max_enis: u32, subnet: &str) -> Arc<FakeEc2> {
-    let ec2 = FakeEc2::default();
-    ec2.set_ipv4_per_eni(ipv4_per_eni);
-    ec2.set_max_enis(max_enis);
-    ec2.add_eni(
-        NetworkInterface {
-            id: ENI.into(),
-            mac: "02:00:00:00:00:01".into(),
-            subnet_id: "subnet-1".into(),
-            primary_ip: Some(Ipv4Addr::new(10, 0, 0, 10)),
-            status: "in-use".into(),
-            security_groups: vec!["sg-node".into()],
-            attachment: Some(Attachment {
-                id: "eni-attach-primary".into(),
-                instance_id: Some(INSTANCE.into()),
-                device_index: 0,
-                network_card_index: 0,
-                delete_on_termination: true,
-            }),
-            ..Default::default()
-        },
-        subnet.parse().unwrap(),
-    );
-    Arc::new(ec2)
+impl std::ops::Deref for Cloud {
+    type Target = NodeEc2;
+    fn deref(&self) -> &NodeEc2 {
+        &self.client
+    }
 }
 
-/// t3.medium-like EC2: 6 IPv4 per ENI, 3 ENIs.
-pub fn ec2(ipv4_per_eni: u32, subnet: &str) -> Arc<FakeEc2> {
-    ec2_with(ipv4_per_eni, 3, subnet)
+/// What [`Cloud::add_eni`] makes.
+pub struct AddEni<'a> {
+    pub description: &'a str,
+    pub primary_ip: Ipv4Addr,
+    pub secondary_ips: &'a [Ipv4Addr],
+    pub tags: &'a [(&'a str, &'a str)],
+    /// Device index and DeleteOnTermination, for an attached ENI.
+    pub attach: Option<(u32, bool)>,
 }
 
-/// One node under test: its state directory, EC2 knowing its primary ENI (6 IPv4 per ENI, 3
-/// ENIs, in 10.0.0.0/24), a clock the test moves, and a recording host.
+fn tags_of(tags: &[(&str, &str)]) -> Tags {
+    tags.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The node launched as `instance_type` (t3.medium: 3 ENIs x 6 IPv4; t3.nano: 2 x 2).
+pub fn ec2(instance_type: &str) -> Cloud {
+    Cloud::launch(instance_type, &[])
+}
+
+/// One node under test: its state directory, EC2 with the node launched as a t3.medium (3 ENIs
+/// x 6 IPv4) in 10.0.0.0/24, a clock the test moves, and a recording host.
 pub struct Node {
     pub dir: tempfile::TempDir,
-    pub ec2: Arc<FakeEc2>,
+    pub ec2: Cloud,
     pub clock: Arc<ManualClock>,
     pub host: Arc<RecordingHost>,
     /// The cluster as the daemon sees it: a test sends views (there is no API server).
@@ -139,37 +270,26 @@ impl Node {
             events: std::sync::Mutex::new(events),
             events_tx,
             dir: tempfile::tempdir().expect("a state dir"),
-            ec2: ec2(6, "10.0.0.0/24"),
+            ec2: ec2("t3.medium"),
             clock: ManualClock::at(ms),
             host: Arc::new(RecordingHost::default()),
             cluster: tokio::sync::watch::Sender::new(no_cluster()),
         }
     }
 
-    /// A t3.medium's daemon on this node, with `env`.
+    /// The daemon on this node, with `env`.
     pub async fn start(&self, env: &[(&str, &str)]) -> TestDaemon {
-        self.try_start("t3.medium", env)
-            .await
-            .expect("the daemon starts")
-    }
-
-    /// A daemon of `instance_type` on this node, with `env`.
-    pub async fn try_start(
-        &self,
-        instance_type: &str,
-        env: &[(&str, &str)],
-    ) -> Result<TestDaemon, ipamd::StartupError> {
         start_seen(
             self.dir.path(),
             &self.ec2,
             &self.clock,
-            instance_type,
             &self.host,
             env,
             self.cluster.subscribe(),
             Some(self.events_tx.clone()),
         )
         .await
+        .expect("the daemon starts")
     }
 
     /// The Events recorded so far.
@@ -180,10 +300,10 @@ impl Node {
 }
 
 /// The one ENI besides the primary that EC2 knows.
-pub fn secondary(ec2: &FakeEc2) -> NetworkInterface {
+pub fn secondary(ec2: &Cloud) -> NetworkInterface {
     ec2.enis()
         .into_iter()
-        .find(|e| e.id != ENI)
+        .find(|e| e.id != ec2.primary)
         .expect("a second ENI")
 }
 
@@ -293,27 +413,18 @@ impl HostNetwork for RecordingHost {
     }
 }
 
-pub type TestDaemon = Daemon<Arc<FakeEc2>, FakeImds, Arc<RecordingHost>, SledStore>;
+pub type TestDaemon = Daemon<NodeEc2, NodeImds, Arc<RecordingHost>, SledStore>;
 
-pub async fn start(dir: &Path, ec2: &Arc<FakeEc2>, clock: &Arc<ManualClock>) -> TestDaemon {
-    try_start(dir, ec2, clock, "t3.medium").await.unwrap()
+pub async fn start(dir: &Path, ec2: &Cloud, clock: &Arc<ManualClock>) -> TestDaemon {
+    try_start(dir, ec2, clock).await.unwrap()
 }
 
 pub async fn try_start(
     dir: &Path,
-    ec2: &Arc<FakeEc2>,
+    ec2: &Cloud,
     clock: &Arc<ManualClock>,
-    instance_type: &str,
 ) -> Result<TestDaemon, ipamd::StartupError> {
-    start_with(
-        dir,
-        ec2,
-        clock,
-        instance_type,
-        &Arc::new(RecordingHost::default()),
-        &[],
-    )
-    .await
+    start_with(dir, ec2, clock, &Arc::new(RecordingHost::default()), &[]).await
 }
 
 /// The view of a daemon with no Kubernetes cluster to talk to.
@@ -323,23 +434,53 @@ pub fn no_cluster() -> cluster::ClusterView {
 
 pub async fn start_with(
     dir: &Path,
-    ec2: &Arc<FakeEc2>,
+    ec2: &Cloud,
     clock: &Arc<ManualClock>,
-    instance_type: &str,
     host: &Arc<RecordingHost>,
     env: &[(&str, &str)],
 ) -> Result<TestDaemon, ipamd::StartupError> {
     let (_, cluster) = tokio::sync::watch::channel(no_cluster());
-    start_seen(dir, ec2, clock, instance_type, host, env, cluster, None).await
+    start_seen(dir, ec2, clock, host, env, cluster, None).await
 }
 
-/// [`start_with`] with the cluster as `cluster` shows it, Events going to `events`.
-#[allow(clippy::too_many_arguments)]
+/// [`start_with`] with the cluster as `cluster` shows it, Events going to `events`; who the
+/// node is comes from its IMDS, as in production.
 pub async fn start_seen(
     dir: &Path,
-    ec2: &Arc<FakeEc2>,
+    ec2: &Cloud,
+    clock: &Arc<ManualClock>,
+    host: &Arc<RecordingHost>,
+    env: &[(&str, &str)],
+    cluster: tokio::sync::watch::Receiver<cluster::ClusterView>,
+    events: Option<tokio::sync::mpsc::Sender<cluster::ClusterEvent>>,
+) -> Result<TestDaemon, ipamd::StartupError> {
+    let identity = cloud::node_identity(&ec2.imds()).await.unwrap();
+    start_as(dir, ec2, clock, identity, host, env, cluster, events).await
+}
+
+/// A daemon whose IMDS claims the instance is `instance_type`, whatever EC2 launched it as:
+/// how a type neither the table nor EC2 knows is met.
+pub async fn try_start_claiming(
+    dir: &Path,
+    ec2: &Cloud,
     clock: &Arc<ManualClock>,
     instance_type: &str,
+) -> Result<TestDaemon, ipamd::StartupError> {
+    let identity = NodeIdentity {
+        instance_type: instance_type.into(),
+        ..cloud::node_identity(&ec2.imds()).await.unwrap()
+    };
+    let (_, cluster) = tokio::sync::watch::channel(no_cluster());
+    let host = Arc::new(RecordingHost::default());
+    start_as(dir, ec2, clock, identity, &host, &[], cluster, None).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn start_as(
+    dir: &Path,
+    ec2: &Cloud,
+    clock: &Arc<ManualClock>,
+    identity: NodeIdentity,
     host: &Arc<RecordingHost>,
     env: &[(&str, &str)],
     cluster: tokio::sync::watch::Receiver<cluster::ClusterView>,
@@ -350,12 +491,12 @@ pub async fn start_seen(
     Daemon::start(
         &config(&dir.join("state"), env),
         Parts {
-            ec2: Arc::clone(ec2),
-            imds: FakeImds::default(),
+            ec2: NodeEc2::clone(ec2),
+            imds: ec2.imds(),
             host: Arc::clone(host),
             store,
             clock: Arc::clone(clock) as Arc<dyn Clock>,
-            identity: identity(instance_type),
+            identity,
             metrics: Arc::new(Metrics::new("test").unwrap()),
             lost,
             cluster,

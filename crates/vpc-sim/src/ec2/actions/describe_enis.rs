@@ -3,9 +3,10 @@
 use cloud::Action;
 
 use crate::ec2::filter::{Page, check_names, matches, tag_values};
+use crate::ec2::params::Filter;
 use crate::ec2::xml::Xml;
 use crate::ec2::{Ctx, Ec2Error};
-use crate::model::{Eni, ModelError, well_formed};
+use crate::model::{Eni, Model, ModelError, well_formed};
 
 use super::render::{EniShape, network_interface};
 
@@ -65,19 +66,29 @@ fn values(e: &Eni, name: &str) -> Vec<String> {
     }
 }
 
+/// The ENIs that pass DescribeNetworkInterfaces' `filters`, by id; a filter name EC2 does
+/// not know is refused. The HTTP action and the in-process client both select with it.
+pub(crate) fn select<'m>(m: &'m Model, filters: &[Filter]) -> Result<Vec<&'m Eni>, Ec2Error> {
+    check_names(filters, FILTERS)?;
+    Ok(m.enis()
+        .filter(|e| matches(filters, |n| values(e, n)))
+        .collect())
+}
+
 /// DescribeNetworkInterfaces: `NetworkInterfaceId.N` (an unknown id is an error naming it, as
 /// in EC2), filters, MaxResults/NextToken.
 pub fn describe(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
     let ids = cx.params.list("NetworkInterfaceId");
     let filters = cx.params.filters()?;
-    check_names(&filters, FILTERS)?;
+    let m = &*cx.model;
+    // First, as EC2 refuses an unknown filter name before looking at anything else.
+    let selected = select(m, &filters)?;
     let page = Page::from_params(cx.params, 5, 1000)?;
     if !ids.is_empty() && page.max_results.is_some() {
         return Err(Ec2Error::combination(
             "The parameter NetworkInterfaceIds cannot be used with the parameter MaxResults",
         ));
     }
-    let m = &*cx.model;
     if let Some(bad) = ids.iter().find(|id| !well_formed(id, "eni")) {
         return Err(ModelError::EniMalformed(bad.clone()).into());
     }
@@ -89,10 +100,9 @@ pub fn describe(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
     if !missing.is_empty() {
         return Err(ModelError::EniNotFound(missing).into());
     }
-    let chosen: Vec<&Eni> = m
-        .enis()
+    let chosen: Vec<&Eni> = selected
+        .into_iter()
         .filter(|e| ids.is_empty() || ids.contains(&e.id))
-        .filter(|e| matches(&filters, |n| values(e, n)))
         .collect();
     let (chosen, next) = page.apply(chosen, |e| e.id.clone());
     Ok(Xml::response(

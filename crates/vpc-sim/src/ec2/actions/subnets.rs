@@ -3,6 +3,7 @@
 use cloud::Action;
 
 use crate::ec2::filter::{Page, check_names, matches, tag_values};
+use crate::ec2::params::Filter;
 use crate::ec2::xml::Xml;
 use crate::ec2::{Ctx, Ec2Error};
 use crate::model::{Model, ModelError, Subnet, az_id};
@@ -45,13 +46,24 @@ fn values(m: &Model, s: &Subnet, name: &str) -> Vec<String> {
     }
 }
 
+/// The subnets that pass DescribeSubnets' `filters`, in creation order; a filter name EC2
+/// does not know is refused. The HTTP action and the in-process client both select with it.
+pub(crate) fn select<'m>(m: &'m Model, filters: &[Filter]) -> Result<Vec<&'m Subnet>, Ec2Error> {
+    check_names(filters, FILTERS)?;
+    Ok(m.subnets()
+        .into_iter()
+        .filter(|s| matches(filters, |n| values(m, s, n)))
+        .collect())
+}
+
 /// DescribeSubnets: `SubnetId.N`, filters, pagination.
 pub fn describe(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
     let ids = cx.params.list("SubnetId");
     let filters = cx.params.filters()?;
-    check_names(&filters, FILTERS)?;
-    let page = Page::from_params(cx.params, 5, 1000)?;
     let m = &*cx.model;
+    // First, as EC2 refuses an unknown filter name before looking at anything else.
+    let selected = select(m, &filters)?;
+    let page = Page::from_params(cx.params, 5, 1000)?;
     let missing: Vec<String> = ids
         .iter()
         .filter(|id| m.subnet(id).is_err())
@@ -60,11 +72,9 @@ pub fn describe(cx: &mut Ctx<'_>) -> Result<String, Ec2Error> {
     if !missing.is_empty() {
         return Err(ModelError::SubnetNotFound(missing).into());
     }
-    let chosen: Vec<&Subnet> = m
-        .subnets()
+    let chosen: Vec<&Subnet> = selected
         .into_iter()
         .filter(|s| ids.is_empty() || ids.contains(&s.id))
-        .filter(|s| matches(&filters, |n| values(m, s, n)))
         .collect();
     let (chosen, next) = page.apply(chosen, |s| s.id.clone());
     let vpc = m.vpc();
