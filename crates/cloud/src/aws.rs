@@ -765,7 +765,7 @@ mod tests {
         let e = to_network_interface(api, &no_id).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "DescribeNetworkInterfaces: EC2's answer lacks NetworkInterfaceId"
+            format!("{api}: EC2's answer lacks NetworkInterfaceId")
         );
         let no_mac = complete().set_mac_address(None).build();
         let e = to_network_interface(api, &no_mac).unwrap_err();
@@ -831,7 +831,7 @@ mod tests {
         let lacks = |s: SdkSubnet| to_subnet(api, &s).unwrap_err().to_string();
         assert_eq!(
             lacks(complete_subnet().set_subnet_id(None).build()),
-            "DescribeSubnets: EC2's answer lacks SubnetId"
+            format!("{}: EC2's answer lacks SubnetId", Action::DescribeSubnets)
         );
         for (subnet, field) in [
             (complete_subnet().set_cidr_block(None).build(), "CidrBlock"),

@@ -577,7 +577,11 @@ mod tests {
             "--fault-drop-after-pct",
             "0.5",
             "--fault-actions",
-            "AssignPrivateIpAddresses,CreateNetworkInterface",
+            &format!(
+                "{},{}",
+                cloud::Action::AssignPrivateIpAddresses,
+                cloud::Action::CreateNetworkInterface
+            ),
             "--fault-actions",
             cloud::Action::CreateTags.wire_name(),
             "--fault-seed",

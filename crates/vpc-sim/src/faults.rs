@@ -480,8 +480,8 @@ mod tests {
             ),
             (r#"{"actions": []}"#, "actions: an empty list"),
             (
-                r#"{"actions": "CreateTags"}"#,
-                "actions: \"CreateTags\" is not a list",
+                &format!(r#"{{"actions": "{}"}}"#, cloud::Action::CreateTags),
+                &format!("actions: \"{}\" is not a list", cloud::Action::CreateTags),
             ),
             (
                 r#"{"actions": ["CreateTag"]}"#,
@@ -554,7 +554,11 @@ mod tests {
     fn the_actions_filter_selects_calls_and_draws_nothing_for_others() {
         let mut a = Injector::new(Rng::seeded(9));
         let mut b = Injector::new(Rng::seeded(9));
-        let p = plan(r#"{"throttle_pct": 50, "actions": ["AssignPrivateIpAddresses"]}"#).unwrap();
+        let p = plan(&format!(
+            r#"{{"throttle_pct": 50, "actions": ["{}"]}}"#,
+            cloud::Action::AssignPrivateIpAddresses
+        ))
+        .unwrap();
         a.set(p.clone()).unwrap();
         b.set(p).unwrap();
         let mut seq_a = Vec::new();
@@ -591,10 +595,11 @@ mod tests {
 
     #[test]
     fn the_plan_round_trips_through_json() {
-        let p = plan(
-            r#"{"throttle_pct": 30, "server_error_pct": 5, "slow_pct": 10, "slow_ms": 2000,
-                "drop_pct": 5, "drop_after_pct": 1.5, "actions": ["CreateNetworkInterface"], "seed": 3}"#,
-        )
+        let p = plan(&format!(
+            r#"{{"throttle_pct": 30, "server_error_pct": 5, "slow_pct": 10, "slow_ms": 2000,
+                "drop_pct": 5, "drop_after_pct": 1.5, "actions": ["{}"], "seed": 3}}"#,
+            cloud::Action::CreateNetworkInterface
+        ))
         .unwrap();
         let json = serde_json::to_vec(&p).unwrap();
         assert_eq!(Faults::from_json(&json).unwrap(), p);

@@ -66,9 +66,10 @@ impl IamPolicy {
         let doc: Value = serde_json::from_slice(body)
             .map_err(|e| IamError::document(format!("not JSON: {e}")))?;
         let Value::Object(map) = doc else {
-            return Err(IamError::document(
-                "expected a JSON object such as {\"deny\": [\"AssignPrivateIpAddresses\"]}",
-            ));
+            return Err(IamError::document(format!(
+                "expected a JSON object such as {{\"deny\": [\"{}\"]}}",
+                cloud::Action::AssignPrivateIpAddresses
+            )));
         };
         let mut policy = IamPolicy::default();
         for (key, value) in map {
@@ -209,8 +210,11 @@ mod tests {
 
     #[test]
     fn a_policy_denies_exactly_the_named_actions() {
-        let p = policy(r#"{"deny": ["CreateTags", "AssignPrivateIpAddresses", "CreateTags"]}"#)
-            .unwrap();
+        let (tags, assign) = (
+            cloud::Action::CreateTags,
+            cloud::Action::AssignPrivateIpAddresses,
+        );
+        let p = policy(&format!(r#"{{"deny": ["{tags}", "{assign}", "{tags}"]}}"#)).unwrap();
         assert_eq!(
             p.deny.iter().collect::<Vec<_>>(),
             [
@@ -226,22 +230,23 @@ mod tests {
 
     #[test]
     fn bad_policies_name_the_problem() {
+        let tags = cloud::Action::CreateTags;
         for (json, needle) in [
             (
                 r#"{"deny": ["AssignPrivateIpAddress"]}"#,
                 "deny: \"AssignPrivateIpAddress\" is not an EC2 action vpc-sim serves; known: DescribeInstances",
             ),
             (
-                r#"{"deny": ["ec2:CreateTags"]}"#,
-                "deny: \"ec2:CreateTags\" is not an EC2 action",
+                &format!(r#"{{"deny": ["ec2:{tags}"]}}"#),
+                &format!("deny: \"ec2:{tags}\" is not an EC2 action"),
             ),
             (
-                r#"{"deny": "CreateTags"}"#,
-                "deny: \"CreateTags\" is not a list of EC2 action names",
+                &format!(r#"{{"deny": "{tags}"}}"#),
+                &format!("deny: \"{tags}\" is not a list of EC2 action names"),
             ),
             (r#"{"deny": [1]}"#, "deny: [1] is not a list"),
             (
-                r#"{"allow": ["CreateTags"]}"#,
+                &format!(r#"{{"allow": ["{tags}"]}}"#),
                 "allow: unknown field; known: deny",
             ),
             ("[1]", "expected a JSON object"),
@@ -256,7 +261,8 @@ mod tests {
     fn denials_are_counted_by_action_across_policies() {
         let mut iam = Iam::new(Rng::seeded(1));
         assert!(!iam.check(cloud::Action::CreateTags.wire_name()));
-        iam.set(policy(r#"{"deny": ["CreateTags", "DeleteTags"]}"#).unwrap())
+        let (tags, untag) = (cloud::Action::CreateTags, cloud::Action::DeleteTags);
+        iam.set(policy(&format!(r#"{{"deny": ["{tags}", "{untag}"]}}"#)).unwrap())
             .unwrap();
         assert!(iam.check(cloud::Action::CreateTags.wire_name()));
         assert!(iam.check(cloud::Action::CreateTags.wire_name()));
@@ -279,7 +285,7 @@ mod tests {
     #[test]
     fn a_bad_policy_leaves_the_old_one() {
         let mut iam = Iam::new(Rng::seeded(1));
-        let good = policy(r#"{"deny": ["CreateTags"]}"#).unwrap();
+        let good = policy(&format!(r#"{{"deny": ["{}"]}}"#, cloud::Action::CreateTags)).unwrap();
         iam.set(good.clone()).unwrap();
         let bad = IamPolicy {
             deny: BTreeSet::from(["Nope".to_string()]),

@@ -61,7 +61,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
                     }
                     Err(e) => {
                         self.metrics.ipamd_error("decreaseIPPool");
-                        warn!(eni = %eni_id, error = %e, "UnassignPrivateIpAddresses failed")
+                        warn!(eni = %eni_id, error = %e, "{} failed", cloud::Action::UnassignPrivateIpAddresses)
                     }
                 }
             }

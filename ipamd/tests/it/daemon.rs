@@ -260,10 +260,10 @@ async fn an_instance_type_missing_from_the_table_is_asked_of_ec2() {
         .await
         .unwrap();
     assert_eq!(d.limits().secondary_ips_per_eni, 3);
-    assert!(
-        ec2.calls()
-            .contains(&"DescribeInstanceTypes(x9.future)".to_string())
-    );
+    assert!(ec2.calls().contains(&format!(
+        "{}(x9.future)",
+        cloud::Action::DescribeInstanceTypes
+    )));
 
     let dir = tempfile::tempdir().unwrap();
     let err = try_start_claiming(dir.path(), &ec2, &ManualClock::at(0), "zz.unknown")

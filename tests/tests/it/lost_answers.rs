@@ -121,7 +121,10 @@ fn an_eni_whose_delete_keeps_failing_gets_at_most_the_clients_attempts() {
     vbox.set_faults(&json!({}));
     let deletes = vbox.sim_calls()[cloud::Action::DeleteNetworkInterface.wire_name()]
         - deletes_before.unwrap_or(0);
-    eprintln!("DeleteNetworkInterface requests for the ENI: {deletes} (budget {budget})");
+    eprintln!(
+        "{} requests for the ENI: {deletes} (budget {budget})",
+        cloud::Action::DeleteNetworkInterface
+    );
     assert_eq!(
         deletes, budget,
         "the client's attempts, and no retry on top of them"

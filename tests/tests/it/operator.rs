@@ -145,7 +145,10 @@ fn every_endpoint_answers_in_its_documented_shape() {
     assert!(
         sample(
             &metrics,
-            r#"awscni_ec2api_req_count{fn="DescribeNetworkInterfaces"}"#
+            &format!(
+                r#"awscni_ec2api_req_count{{fn="{}"}}"#,
+                cloud::Action::DescribeNetworkInterfaces
+            )
         )
         .unwrap()
             >= 1.0,

@@ -5,6 +5,7 @@ use crate::common;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
+use cloud::Action;
 use common::*;
 use introspect::{AVAILABLE_COMMANDS, IpamdEnv, NetworkUtilsEnv, PoolView, introspection_router};
 use pool::{Removal, Timestamp};
@@ -319,14 +320,14 @@ async fn ec2_refusals_lists_each_refused_api_with_its_age() {
     );
     let mut view = secondary_view();
     view.refusals = vec![introspect::Ec2Refusal {
-        api: "AssignPrivateIpAddresses".into(),
+        api: Action::AssignPrivateIpAddresses.to_string(),
         code: "UnauthorizedOperation".into(),
         message: "You are not authorized".into(),
         count: 3,
         last: Timestamp(view.now.millis() - 42_000),
     }];
     let v = get_json(&router(view), "/v1/ec2-refusals").await;
-    assert_eq!(v[0]["API"], "AssignPrivateIpAddresses");
+    assert_eq!(v[0]["API"], Action::AssignPrivateIpAddresses.wire_name());
     assert_eq!(v[0]["Code"], "UnauthorizedOperation");
     assert_eq!(v[0]["Count"], 3);
     assert_eq!(v[0]["SecondsAgo"], 42);

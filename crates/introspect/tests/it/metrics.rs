@@ -6,6 +6,7 @@ use crate::common;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
+use cloud::Action;
 use common::*;
 use introspect::{Metrics, PoolView, Source, metrics_router};
 use pool::Removal;
@@ -131,12 +132,12 @@ async fn ipamd_events_show_with_the_go_labels() {
     m.del_request("PodDeleted");
     m.add_latency(0.0007, true);
     m.add_latency(3.0, false);
-    m.aws_api("CreateNetworkInterface", 0.25, None);
-    m.aws_api(
-        "AssignPrivateIpAddresses",
-        0.1,
-        Some("InsufficientFreeAddressesInSubnet"),
+    let (create, assign) = (
+        Action::CreateNetworkInterface.wire_name(),
+        Action::AssignPrivateIpAddresses.wire_name(),
     );
+    m.aws_api(create, 0.25, None);
+    m.aws_api(assign, 0.1, Some("InsufficientFreeAddressesInSubnet"));
     m.imds_api("GetMetadata", 0.002, None);
     m.force_removed_eni();
     m.force_removed_ips(3);
@@ -181,12 +182,11 @@ async fn ipamd_events_show_with_the_go_labels() {
         ),
         ("vpccni_add_duration_seconds_count{result=\"error\"}".to_string(), 1.0),
         (
-            "awscni_aws_api_latency_ms_sum{api=\"CreateNetworkInterface\",error=\"false\",status=\"200\"}"
-                .to_string(),
+            format!("awscni_aws_api_latency_ms_sum{{api=\"{create}\",error=\"false\",status=\"200\"}}"),
             250.0,
         ),
         (
-            format!("awscni_aws_api_latency_ms_count{{api=\"AssignPrivateIpAddresses\",error=\"true\",status=\"{insufficient}\"}}"),
+            format!("awscni_aws_api_latency_ms_count{{api=\"{assign}\",error=\"true\",status=\"{insufficient}\"}}"),
             1.0,
         ),
         (
@@ -195,14 +195,14 @@ async fn ipamd_events_show_with_the_go_labels() {
             1.0,
         ),
         (
-            format!("awscni_aws_api_error_count{{api=\"AssignPrivateIpAddresses\",error=\"{insufficient}\"}}"),
+            format!("awscni_aws_api_error_count{{api=\"{assign}\",error=\"{insufficient}\"}}"),
             1.0,
         ),
-        ("awscni_ec2api_req_count{fn=\"CreateNetworkInterface\"}".to_string(), 1.0),
-        ("awscni_ec2api_req_count{fn=\"AssignPrivateIpAddresses\"}".to_string(), 1.0),
-        ("awscni_ec2api_error_count{fn=\"AssignPrivateIpAddresses\"}".to_string(), 1.0),
+        (format!("awscni_ec2api_req_count{{fn=\"{create}\"}}"), 1.0),
+        (format!("awscni_ec2api_req_count{{fn=\"{assign}\"}}"), 1.0),
+        (format!("awscni_ec2api_error_count{{fn=\"{assign}\"}}"), 1.0),
         (
-            format!("vpccni_ec2_api_duration_seconds_count{{api=\"AssignPrivateIpAddresses\",status=\"{insufficient}\"}}"),
+            format!("vpccni_ec2_api_duration_seconds_count{{api=\"{assign}\",status=\"{insufficient}\"}}"),
             1.0,
         ),
         ("awscni_force_removed_enis".to_string(), 1.0),

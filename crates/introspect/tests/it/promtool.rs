@@ -7,6 +7,7 @@ use crate::common;
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use cloud::Action;
 use common::*;
 use introspect::Metrics;
 
@@ -21,9 +22,9 @@ fn populated() -> String {
     m.pod_eni_error("podENIErr");
     m.aws_utils_error("getENIaddresses", "UnauthorizedOperation");
     m.add_latency(0.001, true);
-    m.aws_api("CreateNetworkInterface", 0.2, None);
+    m.aws_api(Action::CreateNetworkInterface.wire_name(), 0.2, None);
     m.aws_api(
-        "AssignPrivateIpAddresses",
+        Action::AssignPrivateIpAddresses.wire_name(),
         0.1,
         Some("InsufficientFreeAddressesInSubnet"),
     );

@@ -11,8 +11,8 @@
 //!   the field, and the old plan stays;
 //! * `GET /_sim/iam`: the IAM policy in force and the calls it denied so far, in all and by
 //!   action ([`crate::iam::IamReport`]);
-//! * `PUT /_sim/iam`: replaces the policy with the JSON body `{"deny": ["AssignPrivateIpAddresses",
-//!   ..]}` ([`crate::iam::IamPolicy`]; `{}` or `{"deny": []}` allows everything) and answers
+//! * `PUT /_sim/iam`: replaces the policy with the JSON body `{"deny": [<action>, ..]}`
+//!   ([`crate::iam::IamPolicy`]; `{}` or `{"deny": []}` allows everything) and answers
 //!   like GET; an unknown action or field, or a wrong type, gets 400 `{"error": ".."}` naming
 //!   it, and the old policy stays. A denied call is answered HTTP 403 `UnauthorizedOperation`
 //!   ([`inject::unauthorized`]), also when it is a DryRun;

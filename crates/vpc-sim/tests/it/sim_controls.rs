@@ -247,8 +247,11 @@ async fn a_bad_policy_is_refused_with_400_naming_the_problem_and_the_old_one_sta
             "deny: \"AssignPrivateIpAddress\" is not an EC2 action vpc-sim serves",
         ),
         (
-            r#"{"deny": "CreateTags"}"#,
-            "deny: \"CreateTags\" is not a list of EC2 action names",
+            &format!(r#"{{"deny": "{}"}}"#, cloud::Action::CreateTags),
+            &format!(
+                "deny: \"{}\" is not a list of EC2 action names",
+                cloud::Action::CreateTags
+            ),
         ),
         (r#"{"allow": []}"#, "allow: unknown field; known: deny"),
         ("", "not JSON"),
@@ -519,7 +522,11 @@ fn the_binary_serves_both_controls_and_documents_them() {
     let ipv4s = format!("meta-data/network/interfaces/macs/{}/local-ipv4s", node.mac);
     let form = "application/x-www-form-urlencoded";
 
-    let (status, body) = json_put("/_sim/iam", r#"{"deny": ["AssignPrivateIpAddresses"]}"#);
+    let deny = format!(
+        r#"{{"deny": ["{}"]}}"#,
+        cloud::Action::AssignPrivateIpAddresses
+    );
+    let (status, body) = json_put("/_sim/iam", &deny);
     assert_eq!(status, 200, "{body}");
     let (status, body) = send("POST", "/", form, &assign);
     assert_eq!(status, 403, "{body}");
