@@ -2,20 +2,22 @@
 //! both nodes and config/kubernetes/ applied (with the box's small overlay), so each node's
 //! kubelet runs `ipamd entrypoint` as the DaemonSet's pod, which installs the plugin and the
 //! conflist and makes the node Ready. Then, as operators do: the DaemonSet rolled to a new
-//! image tag while a pod pings another every 100 ms, and deleted and applied again; with
+//! image tag while a pod pings another every 100 ms and a NodePort Service is asked from
+//! outside the VPC every 200 ms, and deleted and applied again; with
 //! small limits, ipamd's and the plugin's logs on the node rotate meanwhile.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use e2e::{
     INTROSPECT, VpcBox, deployment, image_archive, pod_ip, pod_name, require_root, retagged_image,
     run_bounded,
 };
-use serde_json::Value;
+use serde_json::{Value, json};
 use testkit::Steps;
 
 const APP: &str = "web";
@@ -33,6 +35,13 @@ const PING_AFTER: Duration = Duration::from_secs(5);
 /// statistics on SIGINT).
 const PING_STOP: &str = "/ping.stop";
 const DS_SELECTOR: &str = "k8s-app=vpc-cni";
+/// The NodePort of the Service asked through the roll.
+const NODE_PORT: u16 = 30095;
+/// kube-proxy writing a new Service's rules, and the pods' listeners starting.
+const SERVICE_UP: Duration = Duration::from_secs(60);
+/// The pace of the requests to the Service during the roll, and their most.
+const ASK_EVERY: Duration = Duration::from_millis(200);
+const MAX_ASKS: usize = 2_000;
 const CONFLIST: &str = "/etc/cni/net.d/10-vpc-cni.conflist";
 const PLUGIN: &str = "/opt/cni/bin/vpc-cni";
 
@@ -196,6 +205,37 @@ fn rotated(dir: &Path, name: &str, limit: u64, kept: u32) {
     }
 }
 
+/// One request to the Service at `url` from outside the VPC: Ok when a pod of `names`
+/// answered.
+fn ask_service(vbox: &VpcBox, url: &str, names: &BTreeSet<String>) -> Result<(), String> {
+    let outside = &vbox.outside().netns;
+    let out = run_bounded(
+        10,
+        "ip",
+        &[
+            "netns",
+            "exec",
+            outside,
+            "curl",
+            "-s",
+            "-m",
+            "2",
+            "--http0.9",
+            url,
+        ],
+        None,
+    );
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if names.contains(&text) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{url} read {text:?} ({})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
 /// `transmitted, received` from busybox ping's summary.
 fn ping_counts(output: &str) -> (u64, u64) {
     let line = output
@@ -277,6 +317,35 @@ fn the_daemonset_serves_pods_and_keeps_them_through_a_roll_and_a_delete() {
         (before, a.to_string(), b)
     });
 
+    // A NodePort Service over the Deployment's pods, through kube-proxy: each pod answers
+    // with its name. What the roll step asks of it from outside the VPC, through node 1.
+    let service = steps.step_with(
+        "a NodePort Service answering from outside",
+        up.as_ref(),
+        |(before, _, _)| {
+            for name in before.keys() {
+                let listen = format!("nc -ll -p 8080 -e echo {name} >/dev/null 2>&1 &");
+                vbox.kubectl_ok(&["exec", name, "--", "sh", "-c", &listen]);
+            }
+            vbox.apply(&json!({
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "roll", "namespace": "default"},
+                "spec": {
+                    "type": "NodePort",
+                    "selector": {"app": APP},
+                    "ports": [{"port": 80, "targetPort": 8080, "nodePort": NODE_PORT}]
+                }
+            }));
+            let url = format!("http://{}:{NODE_PORT}/", vbox.node(1).primary_ip);
+            let names: BTreeSet<String> = before.keys().cloned().collect();
+            testkit::wait_ok(SERVICE_UP, "the NodePort answering", || {
+                ask_service(&vbox, &url, &names)
+            });
+            (url, names)
+        },
+    );
+
     // `ipamd doctor`, run in the node's DaemonSet pod as an operator runs it (its /host
     // mounts, the pod's environment), finds the serving node healthy.
     steps.step("ipamd doctor finds the node healthy", || {
@@ -317,7 +386,8 @@ fn the_daemonset_serves_pods_and_keeps_them_through_a_roll_and_a_delete() {
                  while [ ! -e {PING_STOP} ] && kill -0 $p 2>/dev/null; do sleep 0.2; done; \
                  kill -INT $p 2>/dev/null; wait $p"
             );
-            let (ping, rolled, pinged) = std::thread::scope(|s| {
+            let rolling = AtomicBool::new(true);
+            let (ping, rolled, pinged, asked) = std::thread::scope(|s| {
                 let started = Instant::now();
                 let pinger = s.spawn(|| {
                     // Bounded above the pings' own deadline, so they always end by themselves.
@@ -327,13 +397,43 @@ fn the_daemonset_serves_pods_and_keeps_them_through_a_roll_and_a_delete() {
                         None,
                     )
                 });
+                // The Service asked from outside, over and over, while the pings go on.
+                let asker = s.spawn(|| {
+                    let mut results = Vec::new();
+                    if let Some((url, names)) = service.as_ref() {
+                        while rolling.load(Ordering::SeqCst) && results.len() < MAX_ASKS {
+                            results.push(ask_service(&vbox, url, names));
+                            std::thread::sleep(ASK_EVERY);
+                        }
+                    }
+                    results
+                });
                 vbox.deploy("e2e-next");
                 let rolled = started.elapsed();
                 std::thread::sleep(PING_AFTER);
                 vbox.kubectl_ok(&["exec", a, "--", "touch", PING_STOP]);
+                rolling.store(false, Ordering::SeqCst);
                 let ping = pinger.join().expect("the pinging thread");
-                (ping, rolled, started.elapsed())
+                let asked = asker.join().expect("the asking thread");
+                (ping, rolled, started.elapsed(), asked)
             });
+            if service.is_some() {
+                let failed: Vec<&String> = asked.iter().filter_map(|r| r.as_ref().err()).collect();
+                eprintln!(
+                    "the NodePort asked {} times during the roll, {} unanswered",
+                    asked.len(),
+                    failed.len()
+                );
+                assert!(
+                    asked.len() >= 10,
+                    "too few requests to tell: {}",
+                    asked.len()
+                );
+                assert!(
+                    failed.is_empty(),
+                    "Service requests unanswered during the roll: {failed:?}"
+                );
+            }
             assert!(
                 rolled < Duration::from_secs(PING_SECS),
                 "the rollout took {rolled:?}, longer than the pings ({PING_SECS} s) cover"

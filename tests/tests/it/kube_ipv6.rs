@@ -1,7 +1,8 @@
 //! kube-in-a-box with IPv6 (`vpc-box.sh up --kube --ip-family ipv6|dual`), driven with kubectl:
 //! an IPv6 cluster (API server, Services and kubelets' InternalIPs IPv6) whose pods get an
 //! address of their node's /80 and reach each other across nodes, with ipamd as a process and
-//! with the shipped DaemonSet; and a dual-stack cluster whose pods' status lists both families.
+//! with the shipped DaemonSet; and a dual-stack cluster whose pods' status lists both families
+//! and whose Services answer over both through kube-proxy.
 
 use crate::common;
 
@@ -399,6 +400,105 @@ fn a_dual_stack_cluster_lists_both_addresses_of_each_pod_and_serves_both_familie
             Err(format!("{got:?}, want {want:?}"))
         }
     });
+
+    // kube-proxy serves a dual-stack Service over both families: from a pod through each of
+    // its cluster IPs, and from outside the VPC through its NodePort at each of a node's
+    // addresses. Each pod's listener answers with its name.
+    for p in &pods {
+        let listen = format!("nc -ll -p 8080 -e echo {} >/dev/null 2>&1 &", p.name);
+        vbox.kubectl_ok(&["exec", &p.name, "--", "sh", "-c", &listen]);
+    }
+    vbox.apply(&json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web46-np", "namespace": "default"},
+        "spec": {
+            "type": "NodePort",
+            "ipFamilyPolicy": "RequireDualStack",
+            "selector": {"app": "web46"},
+            "ports": [{"port": 80, "targetPort": 8080, "nodePort": NODE_PORT}]
+        }
+    }));
+    let ips = vbox.kubectl_ok(&[
+        "get",
+        "service",
+        "web46-np",
+        "-o",
+        "jsonpath={.spec.clusterIPs}",
+    ]);
+    let cluster_ips: Vec<String> = serde_json::from_str(&ips).expect("clusterIPs as JSON");
+    assert_eq!(cluster_ips.len(), 2, "{cluster_ips:?}");
+    let names: BTreeSet<String> = pods.iter().map(|p| p.name.clone()).collect();
+    let client = &pods[0].name;
+    for ip in &cluster_ips {
+        answered_every_time(&names, &format!("{client} -> [{ip}]:80"), || {
+            vbox.kubectl(&[
+                "exec",
+                client,
+                "--",
+                "sh",
+                "-c",
+                "nc -w 5 \"$1\" 80 </dev/null",
+                "sh",
+                ip,
+            ])
+        });
+    }
+    let outside = vbox.outside().netns.clone();
+    let node = vbox.node(1);
+    let node_v6 = node.primary_ipv6.expect("the node's IPv6 address");
+    for url in [
+        format!("http://{}:{NODE_PORT}/", node.primary_ip),
+        format!("http://[{node_v6}]:{NODE_PORT}/"),
+    ] {
+        answered_every_time(&names, &format!("outside -> {url}"), || {
+            e2e::run_bounded(
+                15,
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    &outside,
+                    "curl",
+                    "-s",
+                    "-m",
+                    "5",
+                    "--http0.9",
+                    &url,
+                ],
+                None,
+            )
+        });
+    }
+}
+
+/// The NodePort of the dual-stack Service.
+const NODE_PORT: u16 = 30090;
+
+/// Requests `ask` until one is answered by a pod of `names` (kube-proxy has written the
+/// Service's rules), bounded; then 8 more, each of which must be answered by one of them.
+fn answered_every_time(
+    names: &BTreeSet<String>,
+    what: &str,
+    ask: impl Fn() -> std::process::Output,
+) {
+    let answer = |out: std::process::Output| {
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if names.contains(&text) {
+            Ok(text)
+        } else {
+            Err(format!(
+                "read {text:?} ({})",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    };
+    testkit::wait_ok(LISTENING, what, || answer(ask()).map(drop));
+    for n in 0..8 {
+        if let Err(e) = answer(ask()) {
+            panic!("{what}: request {n} after the first answer: {e}");
+        }
+    }
 }
 
 #[test]
