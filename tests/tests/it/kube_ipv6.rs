@@ -2,7 +2,7 @@
 //! an IPv6 cluster (API server, Services and kubelets' InternalIPs IPv6) whose pods get an
 //! address of their node's /80 and reach each other across nodes, with ipamd as a process and
 //! with the shipped DaemonSet; and a dual-stack cluster whose pods' status lists both families
-//! and whose Services answer over both through kube-proxy.
+//! and whose Services answer over both through kube-proxy (an IPv6 cluster's over IPv6).
 
 use crate::common;
 
@@ -293,6 +293,11 @@ fn an_ipv6_cluster_gives_pods_their_nodes_ipv6_addresses_and_they_reach_each_oth
         .expect("a pod on the other node");
     check_tcp(&vbox, server, client);
 
+    // kube-proxy serves an IPv6 Service: from a pod at its cluster IP, and from outside the
+    // VPC through its NodePort at a node's IPv6 address.
+    let node_v6 = vbox.node(1).primary_ipv6.expect("a primary IPv6 address");
+    check_node_port_service(&vbox, "web6", &pods, None, &[format!("[{node_v6}]")]);
+
     // Scaling to zero gives every address back, and vpc-cni logged no error.
     vbox.kubectl_ok(&["scale", "deployment", "web6", "--replicas=0"]);
     vbox.wait_no_pods("app=web6", PODS_GONE);
@@ -403,31 +408,52 @@ fn a_dual_stack_cluster_lists_both_addresses_of_each_pod_and_serves_both_familie
 
     // kube-proxy serves a dual-stack Service over both families: from a pod through each of
     // its cluster IPs, and from outside the VPC through its NodePort at each of a node's
-    // addresses. Each pod's listener answers with its name.
-    for p in &pods {
-        let listen = format!("nc -ll -p 8080 -e echo {} >/dev/null 2>&1 &", p.name);
+    // addresses.
+    let node = vbox.node(1);
+    let node_v6 = node.primary_ipv6.expect("the node's IPv6 address");
+    check_node_port_service(
+        &vbox,
+        "web46",
+        &pods,
+        Some("RequireDualStack"),
+        &[node.primary_ip.to_string(), format!("[{node_v6}]")],
+    );
+}
+
+/// A NodePort Service over `pods`, the Deployment `app` (`policy`: its ipFamilyPolicy, else
+/// the cluster's default), answers every request, by one of the pods, from a pod through each of its cluster
+/// IPs and from outside the VPC at each of `node_addresses` (URL hosts).
+fn check_node_port_service(
+    vbox: &VpcBox,
+    app: &str,
+    pods: &[RunningPod],
+    policy: Option<&str>,
+    node_addresses: &[String],
+) {
+    // Each pod's listener answers with its name.
+    for p in pods {
+        let listen = format!(
+            "nc -ll -p {SERVICE_TARGET} -e echo {} >/dev/null 2>&1 &",
+            p.name
+        );
         vbox.kubectl_ok(&["exec", &p.name, "--", "sh", "-c", &listen]);
+    }
+    let mut spec = json!({
+        "type": "NodePort",
+        "selector": {"app": app},
+        "ports": [{"port": 80, "targetPort": SERVICE_TARGET, "nodePort": NODE_PORT}]
+    });
+    if let Some(policy) = policy {
+        spec["ipFamilyPolicy"] = json!(policy);
     }
     vbox.apply(&json!({
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": "web46-np", "namespace": "default"},
-        "spec": {
-            "type": "NodePort",
-            "ipFamilyPolicy": "RequireDualStack",
-            "selector": {"app": "web46"},
-            "ports": [{"port": 80, "targetPort": 8080, "nodePort": NODE_PORT}]
-        }
+        "metadata": {"name": "np", "namespace": "default"},
+        "spec": spec
     }));
-    let ips = vbox.kubectl_ok(&[
-        "get",
-        "service",
-        "web46-np",
-        "-o",
-        "jsonpath={.spec.clusterIPs}",
-    ]);
+    let ips = vbox.kubectl_ok(&["get", "service", "np", "-o", "jsonpath={.spec.clusterIPs}"]);
     let cluster_ips: Vec<String> = serde_json::from_str(&ips).expect("clusterIPs as JSON");
-    assert_eq!(cluster_ips.len(), 2, "{cluster_ips:?}");
     let names: BTreeSet<String> = pods.iter().map(|p| p.name.clone()).collect();
     let client = &pods[0].name;
     for ip in &cluster_ips {
@@ -445,12 +471,8 @@ fn a_dual_stack_cluster_lists_both_addresses_of_each_pod_and_serves_both_familie
         });
     }
     let outside = vbox.outside().netns.clone();
-    let node = vbox.node(1);
-    let node_v6 = node.primary_ipv6.expect("the node's IPv6 address");
-    for url in [
-        format!("http://{}:{NODE_PORT}/", node.primary_ip),
-        format!("http://[{node_v6}]:{NODE_PORT}/"),
-    ] {
+    for host in node_addresses {
+        let url = format!("http://{host}:{NODE_PORT}/");
         answered_every_time(&names, &format!("outside -> {url}"), || {
             e2e::run_bounded(
                 15,
@@ -472,7 +494,10 @@ fn a_dual_stack_cluster_lists_both_addresses_of_each_pod_and_serves_both_familie
     }
 }
 
-/// The NodePort of the dual-stack Service.
+/// The port the pods' listeners for the Service take (check_tcp's is 8080).
+const SERVICE_TARGET: u16 = 8081;
+
+/// The NodePort of the Services checked.
 const NODE_PORT: u16 = 30090;
 
 /// Requests `ask` until one is answered by a pod of `names` (kube-proxy has written the
