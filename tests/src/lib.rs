@@ -338,6 +338,29 @@ impl VpcBox {
             .expect("the box has an outside namespace")
     }
 
+    /// One HTTP GET of `url` from the outside namespace (beyond the VPC), answered within
+    /// `seconds` or failed. HTTP/0.9 is taken: the tests' listeners (busybox `nc -e echo`)
+    /// answer with a bare line.
+    pub fn get_from_outside(&self, url: &str, seconds: u32) -> std::process::Output {
+        let limit = seconds.to_string();
+        run_bounded(
+            seconds + 10,
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &self.outside().netns,
+                "curl",
+                "-s",
+                "-m",
+                &limit,
+                "--http0.9",
+                url,
+            ],
+            None,
+        )
+    }
+
     /// One request to vpc-sim's EC2 endpoint (in the machine's namespace, on loopback).
     fn sim_http(&self, method: &str, path: &str, body: &str) -> (u16, String) {
         let (host, _) = testkit::http::split_url(&self.info.ec2_endpoint);

@@ -208,23 +208,7 @@ fn rotated(dir: &Path, name: &str, limit: u64, kept: u32) {
 /// One request to the Service at `url` from outside the VPC: Ok when a pod of `names`
 /// answered.
 fn ask_service(vbox: &VpcBox, url: &str, names: &BTreeSet<String>) -> Result<(), String> {
-    let outside = &vbox.outside().netns;
-    let out = run_bounded(
-        10,
-        "ip",
-        &[
-            "netns",
-            "exec",
-            outside,
-            "curl",
-            "-s",
-            "-m",
-            "2",
-            "--http0.9",
-            url,
-        ],
-        None,
-    );
+    let out = vbox.get_from_outside(url, 2);
     let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
     if names.contains(&text) {
         Ok(())

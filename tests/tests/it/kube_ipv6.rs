@@ -470,26 +470,10 @@ fn check_node_port_service(
             ])
         });
     }
-    let outside = vbox.outside().netns.clone();
     for host in node_addresses {
         let url = format!("http://{host}:{NODE_PORT}/");
         answered_every_time(&names, &format!("outside -> {url}"), || {
-            e2e::run_bounded(
-                15,
-                "ip",
-                &[
-                    "netns",
-                    "exec",
-                    &outside,
-                    "curl",
-                    "-s",
-                    "-m",
-                    "5",
-                    "--http0.9",
-                    &url,
-                ],
-                None,
-            )
+            vbox.get_from_outside(&url, 5)
         });
     }
 }
