@@ -30,7 +30,7 @@ pub use placement::{NoPlacement, Placement, SUBNET_CLUSTER_TAG_PREFIX, SUBNET_RO
 pub use recover::{DEAD_POD_GRACE, LostState, RECOVERED_NETWORK};
 pub use run::{Endpoint, Publish, Tasks};
 pub use scarcity::CHECK_PERIOD as SCARCITY_CHECK_PERIOD;
-pub use startup::{Parts, STEPS, StartupError, Step, instance_limits, node_net};
+pub use startup::{Parts, STEPS, StartupError, Step, node_net};
 pub use veths::VETH_GRACE;
 pub use waits::{STAGE_DEADLINE, Stage};
 

@@ -116,7 +116,7 @@ pub enum StartupError {
 }
 
 /// Finds the instance's limits: the embedded table first, EC2 for a type the table lacks.
-pub async fn instance_limits<E: Ec2>(
+async fn instance_limits<E: Ec2>(
     ec2: &E,
     instance_type: &str,
 ) -> Result<InstanceLimits, StartupError> {
