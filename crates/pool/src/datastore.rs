@@ -5,6 +5,7 @@ use std::time::Duration;
 use ipnetwork::Ipv4Network;
 
 use crate::error::{AssignError, PoolError};
+use crate::fallback::PrefixFallbacks;
 use crate::model::{AddrSlot, AttachmentKey, EniInfo, PodInfo, SlotState, is_delegable_prefix};
 use crate::persist::{Mutation, PersistedAddr, PersistedState};
 use crate::time::Timestamp;
@@ -138,6 +139,8 @@ pub struct Pool {
     /// ENIs that give no address to a new pod (the primary ENI under custom networking): a
     /// fact of the node's configuration, set at every start, never persisted.
     excluded: BTreeSet<String>,
+    /// Where EC2 refuses prefixes for now: a runtime fact, never persisted.
+    prefix_fallbacks: PrefixFallbacks,
     /// IPv6 addresses (IPv6 mode and dual-stack): a part of its own, persisted with the rest.
     v6: Pool6,
 }
@@ -151,6 +154,7 @@ impl Pool {
             owner: HashMap::new(),
             by_key: HashMap::new(),
             excluded: BTreeSet::new(),
+            prefix_fallbacks: PrefixFallbacks::default(),
             v6: Pool6::new(cooldown),
         }
     }
@@ -175,6 +179,16 @@ impl Pool {
     /// Whether the ENI `id` gives no address to new pods.
     pub fn is_excluded(&self, id: &str) -> bool {
         self.excluded.contains(id)
+    }
+
+    /// Where EC2 refused /28 prefixes and when to ask again (see [`crate::PrefixFallbacks`]).
+    pub fn prefix_fallbacks(&self) -> &PrefixFallbacks {
+        &self.prefix_fallbacks
+    }
+
+    /// The same, to record a refusal or a delegated prefix.
+    pub fn prefix_fallbacks_mut(&mut self) -> &mut PrefixFallbacks {
+        &mut self.prefix_fallbacks
     }
 
     /// Rebuilds the pool from persisted state, keeping every assignment and cooldown deadline.

@@ -9,6 +9,7 @@
 
 mod datastore;
 mod error;
+mod fallback;
 mod model;
 mod persist;
 mod plan;
@@ -17,6 +18,9 @@ mod v6;
 
 pub use datastore::{Allocated, Counts, Pool, Released, Removal, RestoreIssue};
 pub use error::{AssignError, PoolError};
+pub use fallback::{
+    PREFIX_RETRY_FIRST, PREFIX_RETRY_MAX, PrefixFallback, PrefixFallbacks, PrefixScope,
+};
 pub use model::{
     ADDRS_PER_PREFIX, AddrSlot, AttachmentKey, EniInfo, PREFIX_LEN, PodInfo, SlotState,
     is_delegable_prefix,

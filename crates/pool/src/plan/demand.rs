@@ -1,7 +1,7 @@
 //! What the cluster adds to the targets: pods bound to the node that have no address yet,
 //! and a cordoned node that should hold nothing it does not use.
 
-use super::targets::Surplus;
+use super::targets::{Shortfall, Surplus};
 use super::view::{PoolView, Totals};
 use super::{Blocked, NodeLimits, Plan, PlanContext, Targets, grow};
 use crate::model::ADDRS_PER_PREFIX;
@@ -55,41 +55,44 @@ impl Demand {
         }
     }
 
-    /// Units (addresses, or prefixes with delegation) to add, before any limit: what the
-    /// targets want on top of the pending pods, plus what the pods that find nothing need.
-    /// Draining, only the latter.
-    pub fn shortfall(&self, targets: &Targets, limits: &NodeLimits) -> Option<u32> {
-        let wanted = if self.draining {
-            0
-        } else {
-            targets.shortfall(&self.effective, limits).unwrap_or(0)
+    /// What to add, before any limit: what the targets want on top of the pending pods, plus
+    /// what the pods that find nothing need. Draining, only the latter.
+    pub fn shortfall(&self, targets: &Targets, limits: &NodeLimits) -> Option<Shortfall> {
+        let wanted = match self.draining {
+            true => None,
+            false => targets.shortfall(&self.effective, limits),
         };
-        let mut units = wanted.saturating_add(self.uncovered.div_ceil(targets.unit()));
+        let mut short = wanted
+            .unwrap_or(Shortfall {
+                units: 0,
+                addresses: 0,
+            })
+            .plus_pods(self.uncovered, targets.unit());
         // By addresses only: a /28 already serves 16 pods.
         let frugal = self.draining || self.scarce || targets.prefix_delegation;
-        if units > 0 && self.pending >= BURST_PODS && !frugal {
-            units = units.max(limits.secondary_ips_per_eni);
+        if !short.is_zero() && self.pending >= BURST_PODS && !frugal {
+            short = short.at_least(limits.secondary_ips_per_eni);
         }
-        (units > 0).then_some(units)
+        (!short.is_zero()).then_some(short)
     }
 
-    /// The growth step for `units`; a draining node adds no ENI.
+    /// The growth step for `short`; a draining node adds no ENI.
     pub fn growth(
         &self,
         view: &PoolView<'_>,
         limits: &NodeLimits,
         targets: &Targets,
-        units: u32,
+        short: Shortfall,
     ) -> Plan {
         if !self.draining {
-            return grow::growth(view, limits, targets, units);
+            return grow::growth(view, limits, targets, short);
         }
         let enis = view.enis.len() as u32;
         let held = NodeLimits {
             max_enis: limits.max_enis.min(enis),
             ..*limits
         };
-        let mut plan = grow::growth(view, &held, targets, units);
+        let mut plan = grow::growth(view, &held, targets, short);
         if let Some(Blocked::MaxEnis { enis }) = plan.blocked {
             plan.blocked = Some(Blocked::Cordoned { enis });
         }

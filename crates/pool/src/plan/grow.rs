@@ -1,16 +1,23 @@
 //! Growth: one step towards target, capped by max pods, per-ENI slots and max ENIs.
 
-use super::view::PoolView;
+use super::targets::Shortfall;
+use super::view::{EniView, PoolView};
 use super::{Action, Blocked, NodeLimits, Plan, Targets};
 
-/// The growth step for a pool `units` short of target (addresses, or prefixes with
-/// delegation): fill the first ENI (by device number) with a free slot, else create an ENI
-/// pre-loaded with what is wanted (the Go CNI's `increaseDatastorePool`), else say why not.
+/// The growth step for a pool `short` of target: fill the first ENI (by device number) with a
+/// free slot, else create an ENI pre-loaded with what is wanted (the Go CNI's
+/// `increaseDatastorePool`), else say why not.
+///
+/// With prefix delegation, where EC2 refuses prefixes for now ([`crate::PrefixFallbacks`])
+/// growth is by /32s instead, each in a slot as a prefix would be. The order is then: ENIs
+/// that get prefixes, a new ENI with prefixes, ENIs that fall back to /32s, a new ENI with
+/// /32s: a slot holding a /32 serves one pod where a prefix serves 16, so /32s are the last
+/// resort.
 pub(super) fn growth(
     view: &PoolView<'_>,
     limits: &NodeLimits,
     targets: &Targets,
-    units: u32,
+    short: Shortfall,
 ) -> Plan {
     let total = view.totals.total;
     if total >= limits.max_pods {
@@ -18,40 +25,52 @@ pub(super) fn growth(
             max_pods: limits.max_pods,
         });
     }
+    let room = limits.max_pods - total;
     // With delegation the last prefix may pass max pods by up to 15 addresses: stopping short
     // of it would leave pods the node may run without an address.
-    let want = units.min((limits.max_pods - total).div_ceil(targets.unit()));
+    let prefixes = short.units.min(room.div_ceil(targets.unit()));
+    let ips = short.addresses.max(1).min(room);
     let per_eni = limits.secondary_ips_per_eni;
-    if want > 0 {
-        if let Some(eni) = view.enis.iter().find(|e| !e.excluded && e.slots < per_eni) {
-            let count = want.min(per_eni - eni.slots);
-            let eni_id = eni.info.id.clone();
-            let action = if targets.prefix_delegation {
-                Action::AssignPrefixes { eni_id, count }
-            } else {
-                Action::AssignIps { eni_id, count }
-            };
-            return grow(action);
+    let open = |e: &&EniView<'_>| !e.excluded && e.slots < per_eni;
+    let may_create = per_eni > 0 && (view.enis.len() as u32) < limits.max_enis;
+    if !targets.prefix_delegation {
+        if let Some(eni) = view.enis.iter().find(open) {
+            return assign_ips(eni, ips.min(per_eni - eni.slots));
         }
-        if per_eni > 0 && (view.enis.len() as u32) < limits.max_enis {
-            let count = want.min(per_eni);
-            let action = if targets.prefix_delegation {
-                Action::CreateEni {
-                    ips: 0,
-                    prefixes: count,
-                }
-            } else {
-                Action::CreateEni {
-                    ips: count,
-                    prefixes: 0,
-                }
-            };
-            return grow(action);
+        if may_create {
+            return create(ips.min(per_eni), 0);
+        }
+    } else {
+        if let Some(eni) = view.enis.iter().filter(|e| !e.refused).find(open) {
+            return grow(Action::AssignPrefixes {
+                eni_id: eni.info.id.clone(),
+                count: prefixes.min(per_eni - eni.slots),
+            });
+        }
+        if may_create && !view.new_enis_refused {
+            return create(0, prefixes.min(per_eni));
+        }
+        if let Some(eni) = view.enis.iter().filter(|e| e.refused).find(open) {
+            return assign_ips(eni, ips.min(per_eni - eni.slots));
+        }
+        if may_create {
+            return create(ips.min(per_eni), 0);
         }
     }
     blocked(Blocked::MaxEnis {
         enis: view.enis.len() as u32,
     })
+}
+
+fn assign_ips(eni: &EniView<'_>, count: u32) -> Plan {
+    grow(Action::AssignIps {
+        eni_id: eni.info.id.clone(),
+        count,
+    })
+}
+
+fn create(ips: u32, prefixes: u32) -> Plan {
+    grow(Action::CreateEni { ips, prefixes })
 }
 
 fn grow(action: Action) -> Plan {

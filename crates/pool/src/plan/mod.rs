@@ -247,9 +247,13 @@ pub struct Plan {
 /// - An ENI is freed only if the pool without it still meets every target, so freeing never
 ///   makes the next plan grow (the Go CNI can free and recreate an ENI with
 ///   WARM_ENI_TARGET=0); the candidate is the highest device number rather than map order.
-/// - Secondary /32s and /28 members alike count as the pool's addresses in every mode (the
-///   Go CNI counts only the kind of the current mode, which matters only after switching
-///   prefix delegation on or off).
+/// - Without prefix delegation, /28 members count as the pool's addresses as /32s do (the Go
+///   CNI counts only the kind of the current mode). With it, assigned /32s count, and free ones
+///   count only on ENIs whose subnet refuses prefixes for now; elsewhere they go back whatever
+///   the targets say (the Go CNI ignores them and keeps them).
+/// - Prefix delegation on a fragmented subnet ([`crate::PrefixFallbacks`]): where EC2 refuses
+///   prefixes, growth is by /32s, sized in addresses, after every ENI that still gets prefixes
+///   and a new ENI with prefixes (the Go CNI fails every ADD instead).
 pub fn plan(pool: &Pool, limits: &NodeLimits, targets: &Targets, ctx: PlanContext) -> Plan {
     explain(pool, limits, targets, ctx).plan
 }
@@ -266,11 +270,27 @@ pub struct Explained {
 /// [`plan()`] with the reason for its decision, taken from the same comparisons (`plan()` is
 /// this function without the reason, so the two cannot disagree).
 pub fn explain(pool: &Pool, limits: &NodeLimits, targets: &Targets, ctx: PlanContext) -> Explained {
-    let view = view::PoolView::new(pool, ctx.now);
+    let view = view::PoolView::new(pool, ctx.now, targets.prefix_delegation);
     let standing = Standing::new(&view.totals, limits, targets);
     let demand = demand::Demand::new(&view.totals, ctx);
-    if let Some(units) = demand.shortfall(targets, limits) {
-        let plan = demand.growth(&view, limits, targets, units);
+    let next_release = ctx.last_release.map(|t| t.after(RELEASE_INTERVAL));
+    let may_release = next_release.is_none_or(|t| t <= ctx.now);
+    let retiring = view.retiring() as u32;
+    if let Some(short) = demand.shortfall(targets, limits) {
+        let plan = demand.growth(&view, limits, targets, short);
+        // Blocked with retiring /32s in the slots: giving them back makes room for prefixes.
+        if plan.blocked.is_some() && retiring > 0 && may_release {
+            return Explained {
+                plan: Plan {
+                    actions: shrink::releases(&view, None),
+                    blocked: None,
+                },
+                reason: Reason::Retiring {
+                    standing,
+                    ips: retiring,
+                },
+            };
+        }
         let reason = match plan.blocked {
             Some(blocked) => Reason::Blocked { standing, blocked },
             None => Reason::Low(standing),
@@ -280,20 +300,22 @@ pub fn explain(pool: &Pool, limits: &NodeLimits, targets: &Targets, ctx: PlanCon
     let surplus = demand.surplus(targets).map(|s| match s {
         targets::Surplus::Addresses(n) | targets::Surplus::Prefixes(n) => n,
     });
-    let next_release = ctx.last_release.map(|t| t.after(RELEASE_INTERVAL));
-    let may_release = next_release.is_none_or(|t| t <= ctx.now);
     if may_release {
         let actions = shrink::releases(&view, demand.surplus(targets));
         if !actions.is_empty() {
+            let reason = match surplus {
+                Some(surplus) => Reason::Surplus { standing, surplus },
+                None => Reason::Retiring {
+                    standing,
+                    ips: retiring,
+                },
+            };
             return Explained {
                 plan: Plan {
                     actions,
                     blocked: None,
                 },
-                reason: Reason::Surplus {
-                    standing,
-                    surplus: surplus.unwrap_or(0),
-                },
+                reason,
             };
         }
     }

@@ -177,6 +177,14 @@ pub enum Reason {
         /// Addresses (prefixes in [`PoolMode::WarmPrefix`]) above target.
         surplus: u32,
     },
+    /// With prefix delegation, EC2 delegates prefixes again where free /32s were taken
+    /// instead: the plan gives those back (and whatever surplus there is besides).
+    Retiring {
+        /// The numbers.
+        standing: Standing,
+        /// Free /32s going back.
+        ips: u32,
+    },
     /// The plan frees this unused ENI.
     FreeEni {
         /// The numbers.
@@ -201,6 +209,7 @@ impl Reason {
             | Reason::Surplus { standing, .. }
             | Reason::ReleaseWait { standing, .. }
             | Reason::SurplusHeld { standing, .. }
+            | Reason::Retiring { standing, .. }
             | Reason::FreeEni { standing, .. } => standing,
         }
     }
@@ -230,6 +239,10 @@ impl fmt::Display for Reason {
                 "{}, but none can go now (free /32s cooling; free prefixes cooling, partly in \
                  use or larger than the surplus)",
                 standing.high(*surplus)
+            ),
+            Reason::Retiring { ips, .. } => write!(
+                f,
+                "{ips} free /32s go back: prefixes are delegated again where they stood in"
             ),
             Reason::FreeEni { standing, eni_id } => match standing.mode {
                 PoolMode::WarmEni => write!(f, "{}: {eni_id} is unused", standing.enis_spare()),

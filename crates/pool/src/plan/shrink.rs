@@ -8,31 +8,30 @@ use super::view::{EniView, PoolView, Unit};
 use super::{Action, MIN_ENI_AGE, NodeLimits, Targets};
 use crate::time::Timestamp;
 
-/// What to give back, at most one release action of each kind per ENI, from the ENI with the
-/// fewest assigned addresses first (then the highest device number: ENIs emptied first can be
+/// What to give back, at most one release action of each kind per ENI: every retiring /32
+/// (see [`EniView::retiring`]), and what the surplus allows from the ENI with the fewest
+/// assigned addresses first (then the highest device number: ENIs emptied first can be
 /// freed), highest addresses first. Only available addresses and wholly available prefixes
 /// are candidates: see [`crate::plan()`] for why cooling ones stay.
 pub(super) fn releases(view: &PoolView<'_>, surplus: Option<Surplus>) -> Vec<Action> {
-    let Some(surplus) = surplus else {
-        return Vec::new();
-    };
     let mut order: Vec<&EniView<'_>> = view.enis.iter().collect();
     order.sort_by_key(|e| (e.totals.assigned, Reverse(e.info.device_number)));
     let (mut addresses_left, mut prefixes_left) = match surplus {
-        Surplus::Addresses(n) => (n, u32::MAX),
-        Surplus::Prefixes(n) => (0, n),
+        Some(Surplus::Addresses(n)) => (n, u32::MAX),
+        Some(Surplus::Prefixes(n)) => (0, n),
+        None => (0, 0),
     };
     let mut actions = Vec::new();
     for eni in order {
-        let mut ips = Vec::new();
+        let mut ips = eni.retiring.clone();
         let mut prefixes = Vec::new();
         for &unit in &eni.releasable {
             match (unit, surplus) {
-                (Unit::Prefix(p), Surplus::Prefixes(_)) if prefixes_left > 0 => {
+                (Unit::Prefix(p), Some(Surplus::Prefixes(_))) if prefixes_left > 0 => {
                     prefixes_left -= 1;
                     prefixes.push(p);
                 }
-                (_, Surplus::Addresses(_)) if unit.size() <= addresses_left => {
+                (_, Some(Surplus::Addresses(_))) if unit.size() <= addresses_left => {
                     addresses_left -= unit.size();
                     match unit {
                         Unit::Ip(ip) => ips.push(ip),
@@ -42,6 +41,7 @@ pub(super) fn releases(view: &PoolView<'_>, surplus: Option<Surplus>) -> Vec<Act
                 _ => {}
             }
         }
+        ips.sort_by_key(|ip| Reverse(*ip));
         let eni_id = &eni.info.id;
         if !prefixes.is_empty() {
             actions.push(Action::ReleasePrefixes {

@@ -64,6 +64,44 @@ pub(super) enum Surplus {
     Prefixes(u32),
 }
 
+/// How far below target the pool is, in both kinds of growth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Shortfall {
+    /// Units of growth: prefixes with delegation, else addresses.
+    pub units: u32,
+    /// Addresses: what growth by /32s adds where EC2 refuses prefixes.
+    pub addresses: u32,
+}
+
+impl Shortfall {
+    fn same(n: u32) -> Self {
+        Shortfall {
+            units: n,
+            addresses: n,
+        }
+    }
+
+    /// This plus `pods` addresses for pods that find none.
+    pub fn plus_pods(self, pods: u32, unit: u32) -> Self {
+        Shortfall {
+            units: self.units.saturating_add(pods.div_ceil(unit)),
+            addresses: self.addresses.saturating_add(pods),
+        }
+    }
+
+    /// At least `n` of each.
+    pub fn at_least(self, n: u32) -> Self {
+        Shortfall {
+            units: self.units.max(n),
+            addresses: self.addresses.max(n),
+        }
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.units == 0 && self.addresses == 0
+    }
+}
+
 impl Targets {
     /// The mode these targets select.
     pub fn mode(&self) -> PoolMode {
@@ -100,9 +138,8 @@ impl Targets {
         n.div_ceil(self.unit()).saturating_mul(self.unit())
     }
 
-    /// `None` when the pool is at or above target; else how many units (addresses, or
-    /// prefixes with delegation) it wants, before any limit.
-    pub(super) fn shortfall(&self, t: &Totals, limits: &NodeLimits) -> Option<u32> {
+    /// `None` when the pool is at or above target; else how much it wants, before any limit.
+    pub(super) fn shortfall(&self, t: &Totals, limits: &NodeLimits) -> Option<Shortfall> {
         match self.mode() {
             PoolMode::WarmEni => {
                 let per_eni = limits.secondary_ips_per_eni;
@@ -110,19 +147,29 @@ impl Targets {
                     0 => t.available == 0,
                     n => t.available < n.saturating_mul(per_eni),
                 };
-                low.then_some(per_eni)
+                low.then_some(Shortfall::same(per_eni))
             }
             PoolMode::WarmIp => {
                 let short = self
                     .warm_ip
                     .saturating_sub(t.available)
                     .max(self.minimum_ip.saturating_sub(t.total));
-                (short > 0).then(|| short.div_ceil(self.unit()))
+                (short > 0).then(|| Shortfall {
+                    units: short.div_ceil(self.unit()),
+                    addresses: short,
+                })
             }
             PoolMode::WarmPrefix => {
-                let target = self.warm_prefix_in_effect();
-                let low = t.available < target.saturating_mul(ADDRS_PER_PREFIX);
-                low.then(|| target.saturating_sub(t.free_prefixes).max(1))
+                let wanted = self
+                    .warm_prefix_in_effect()
+                    .saturating_mul(ADDRS_PER_PREFIX);
+                (t.available < wanted).then(|| Shortfall {
+                    units: self
+                        .warm_prefix_in_effect()
+                        .saturating_sub(t.free_prefixes)
+                        .max(1),
+                    addresses: wanted - t.available,
+                })
             }
         }
     }

@@ -77,38 +77,72 @@ pub(super) struct EniView<'a> {
     pub cooling: u32,
     /// Available secondaries and wholly available prefixes, highest address first.
     pub releasable: Vec<Unit>,
+    /// With prefix delegation, EC2 refuses prefixes in its subnet for now: it grows by /32s.
+    pub refused: bool,
+    /// With prefix delegation on an ENI that gets prefixes, its available /32s (left from a
+    /// fallback, or from before delegation was on): they go back whatever the targets say, and
+    /// count nowhere in `totals`, so the pool grows by prefixes in their stead.
+    pub retiring: Vec<Ipv4Addr>,
 }
 
 /// The whole pool, ENIs by device number.
 pub(super) struct PoolView<'a> {
     pub enis: Vec<EniView<'a>>,
     pub totals: Totals,
+    /// With prefix delegation, new ENIs are created with /32s for now.
+    pub new_enis_refused: bool,
 }
 
 impl<'a> PoolView<'a> {
-    pub fn new(pool: &'a Pool, now: Timestamp) -> Self {
-        let mut enis: Vec<EniView<'a>> = pool.enis().map(|e| eni_view(pool, e, now)).collect();
+    pub fn new(pool: &'a Pool, now: Timestamp, prefix_delegation: bool) -> Self {
+        let mut enis: Vec<EniView<'a>> = pool
+            .enis()
+            .map(|e| eni_view(pool, e, now, prefix_delegation))
+            .collect();
         enis.sort_by_key(|e| (e.info.device_number, e.info.id.clone()));
         let mut totals = Totals::default();
         for e in &enis {
             totals.add(e.totals);
         }
-        PoolView { enis, totals }
+        let new_enis_refused = prefix_delegation && pool.prefix_fallbacks().refuses_new_enis(now);
+        PoolView {
+            enis,
+            totals,
+            new_enis_refused,
+        }
+    }
+
+    /// Available /32s that go back because prefixes are to be had again.
+    pub fn retiring(&self) -> usize {
+        self.enis.iter().map(|e| e.retiring.len()).sum()
     }
 }
 
-fn eni_view<'a>(pool: &Pool, info: &'a EniInfo, now: Timestamp) -> EniView<'a> {
+fn eni_view<'a>(
+    pool: &Pool,
+    info: &'a EniInfo,
+    now: Timestamp,
+    prefix_delegation: bool,
+) -> EniView<'a> {
     let mut totals = Totals::default();
     let mut cooling = 0;
     let mut secondaries = 0;
     let mut releasable = Vec::new();
+    let mut retiring = Vec::new();
     let mut prefix_available: BTreeMap<Ipv4Network, u32> = BTreeMap::new();
     let excluded = pool.is_excluded(&info.id);
+    let refused = prefix_delegation && pool.prefix_fallbacks().refuses(&info.subnet_id, now);
+    let retire = prefix_delegation && !refused && !excluded;
     for (ip, slot) in pool.addresses(&info.id) {
         if excluded && !slot.is_assigned() {
             continue;
         }
         let available = slot.is_available(now);
+        if retire && available && slot.prefix.is_none() {
+            secondaries += 1;
+            retiring.push(ip);
+            continue;
+        }
         totals.total += 1;
         totals.assigned += u32::from(slot.is_assigned());
         totals.available += u32::from(available);
@@ -138,5 +172,7 @@ fn eni_view<'a>(pool: &Pool, info: &'a EniInfo, now: Timestamp) -> EniView<'a> {
         totals,
         cooling,
         releasable,
+        refused,
+        retiring,
     }
 }

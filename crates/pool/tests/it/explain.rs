@@ -281,6 +281,10 @@ proptest! {
                     prop_assert!(releasing);
                     prop_assert!(*surplus > 0);
                 }
+                Reason::Retiring { ips, .. } => {
+                    prop_assert!(releasing);
+                    prop_assert!(*ips > 0);
+                }
                 Reason::FreeEni { eni_id, .. } => {
                     prop_assert!(freeing);
                     prop_assert_eq!(

@@ -5,6 +5,7 @@ mod common;
 mod datastore;
 mod demand;
 mod explain;
+mod fragment;
 mod golden;
 mod plan;
 mod properties;

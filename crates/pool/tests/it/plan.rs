@@ -522,8 +522,9 @@ fn growth_is_one_action_and_release_never_follows_growth() {
 }
 
 #[test]
-fn the_pool_ignores_a_mode_it_is_not_in() {
-    // Secondary addresses still count with prefix delegation (after switching it on).
+fn switching_prefix_delegation_on_retires_free_slash_32s_and_off_keeps_prefixes() {
+    // With prefix delegation switched on, free /32s do not count: a prefix comes first, then
+    // they go back.
     let mut p = Pool::new(COOLDOWN);
     p.upsert_eni(eni("eni-0", 0, "10.0.0.1"));
     let ips: Vec<Ipv4Addr> = (1..=16).map(|i| Ipv4Addr::new(10, 0, 1, i)).collect();
@@ -534,8 +535,21 @@ fn the_pool_ignores_a_mode_it_is_not_in() {
         max_pods: 110,
     };
     let plan = pool::plan(&p, &limits, &pd(1), PlanContext::at(Timestamp(0)));
-    assert_eq!(plan, Plan::default());
-    // And prefixes without it.
+    let grow = Action::AssignPrefixes {
+        eni_id: "eni-0".into(),
+        count: 1,
+    };
+    assert_eq!(plan.actions, vec![grow]);
+    p.add_prefixes("eni-0", &[net("10.0.2.0/28")]).unwrap();
+    let plan = pool::plan(&p, &limits, &pd(1), PlanContext::at(Timestamp(0)));
+    let mut retiring = ips.clone();
+    retiring.reverse();
+    let release = Action::ReleaseIps {
+        eni_id: "eni-0".into(),
+        ips: retiring,
+    };
+    assert_eq!(plan.actions, vec![release]);
+    // Prefixes still count without it.
     let mut p = Pool::new(COOLDOWN);
     p.upsert_eni(eni("eni-0", 0, "10.0.0.1"));
     p.add_prefixes("eni-0", &[net("10.0.2.0/28")]).unwrap();

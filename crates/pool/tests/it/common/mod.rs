@@ -67,6 +67,11 @@ pub struct Sim {
     pub pods: Vec<u32>,
     /// ENIs freed so far.
     pub freed: Vec<String>,
+    /// EC2 refuses every prefix (`InsufficientCidrBlocks`) while single addresses are still
+    /// assigned: the node's subnet is fragmented.
+    pub fragmented: bool,
+    /// Prefix requests EC2 refused so far.
+    pub refusals: u32,
     next_ip: u32,
     next_prefix: u32,
     next_eni: u32,
@@ -91,6 +96,8 @@ impl Sim {
             draining: false,
             pods: Vec::new(),
             freed: Vec::new(),
+            fragmented: false,
+            refusals: 0,
             next_ip: 0,
             next_prefix: 0,
             next_eni: 1,
@@ -171,11 +178,25 @@ impl Sim {
         match action {
             Action::AssignIps { eni_id, count } => {
                 assert!(*count > 0);
+                let subnet = self.subnet_of(eni_id);
+                assert!(
+                    !self.targets.prefix_delegation
+                        || self.pool.prefix_fallbacks().refuses(&subnet, self.now),
+                    "/32s with prefix delegation only where prefixes are refused"
+                );
                 let ips = self.fresh_ips(*count);
                 self.pool.add_addresses(eni_id, &ips).unwrap();
             }
             Action::AssignPrefixes { eni_id, count } => {
                 assert!(*count > 0 && self.targets.prefix_delegation);
+                let subnet = self.subnet_of(eni_id);
+                assert!(
+                    !self.pool.prefix_fallbacks().refuses(&subnet, self.now),
+                    "prefixes asked for again before the retry was due"
+                );
+                if self.refuse(&[PrefixScope::Subnet(&subnet)]) {
+                    return;
+                }
                 let prefixes = self.fresh_prefixes(*count);
                 self.pool.add_prefixes(eni_id, &prefixes).unwrap();
             }
@@ -185,7 +206,20 @@ impl Sim {
                     "exactly one kind: {action:?}"
                 );
                 assert!(ips.max(prefixes) <= &per_eni);
-                assert_eq!(*prefixes > 0, self.targets.prefix_delegation);
+                if !self.targets.prefix_delegation {
+                    assert_eq!(*prefixes, 0);
+                } else if *prefixes > 0 {
+                    assert!(!self.pool.prefix_fallbacks().refuses_new_enis(self.now));
+                    // Every ENI goes to the one subnet.
+                    if self.refuse(&[PrefixScope::NewEnis, PrefixScope::Subnet("subnet-1")]) {
+                        return;
+                    }
+                } else {
+                    assert!(
+                        self.pool.prefix_fallbacks().refuses_new_enis(self.now),
+                        "a new ENI with /32s only where prefixes are refused"
+                    );
+                }
                 let device = (0..)
                     .find(|d| self.pool.enis().all(|e| e.device_number != *d))
                     .unwrap();
@@ -267,6 +301,30 @@ impl Sim {
         }
     }
 
+    fn subnet_of(&self, eni_id: &str) -> String {
+        self.pool.eni(eni_id).expect("ENI exists").subnet_id.clone()
+    }
+
+    /// What the daemon does with EC2's answer to a prefix request in `scopes`: a refusal
+    /// while the subnet is fragmented (then true), else a delegated prefix.
+    fn refuse(&mut self, scopes: &[PrefixScope<'_>]) -> bool {
+        let (now, fragmented) = (self.now, self.fragmented);
+        let fallbacks = self.pool.prefix_fallbacks_mut();
+        for &scope in scopes {
+            match fragmented {
+                true => fallbacks.refused(scope, "InsufficientCidrBlocks", now),
+                false => fallbacks.delegated(scope),
+            }
+        }
+        self.refusals += u32::from(fragmented);
+        fragmented
+    }
+
+    /// Secondary /32s held on every ENI.
+    pub fn loose_ips(&self) -> u32 {
+        self.pool.enis().map(|e| self.secondaries(&e.id)).sum()
+    }
+
     /// The instance's limits hold.
     pub fn check_limits(&self) {
         let per_eni = self.limits.secondary_ips_per_eni;
@@ -284,7 +342,7 @@ impl Sim {
         }
     }
 
-    fn secondaries(&self, eni_id: &str) -> u32 {
+    pub fn secondaries(&self, eni_id: &str) -> u32 {
         self.pool
             .addresses(eni_id)
             .filter(|(_, s)| s.prefix.is_none())
