@@ -7,8 +7,11 @@ pub enum CloudErrorKind {
     Throttled,
     /// The resource does not exist.
     NotFound,
-    /// The subnet has no free address or /28 block left.
+    /// The subnet has no free address left.
     SubnetFull,
+    /// The subnet has no free aligned /28 block for a prefix, though it may still have free
+    /// addresses (`InsufficientCidrBlocks`): single addresses can still be had.
+    NoCidrBlock,
     /// An instance or ENI limit was hit (ENIs per instance, addresses per ENI).
     LimitExceeded,
     /// The IAM role lacks a permission.
@@ -53,6 +56,14 @@ impl CloudError {
         )
     }
 
+    /// Whether EC2 said the subnet cannot give what was asked: no address, or no /28 block.
+    pub fn is_subnet_exhausted(&self) -> bool {
+        matches!(
+            self.kind,
+            CloudErrorKind::SubnetFull | CloudErrorKind::NoCidrBlock
+        )
+    }
+
     /// An error from an AWS error code and message.
     pub fn from_code(api: impl Into<String>, code: &str, message: impl Into<String>) -> Self {
         CloudError {
@@ -85,7 +96,8 @@ pub fn classify_code(code: &str) -> CloudErrorKind {
         | "RequestThrottled"
         | "EC2ThrottledException"
         | "SlowDown" => Throttled,
-        "InsufficientFreeAddressesInSubnet" | "InsufficientCidrBlocks" => SubnetFull,
+        "InsufficientFreeAddressesInSubnet" => SubnetFull,
+        "InsufficientCidrBlocks" => NoCidrBlock,
         "PrivateIpAddressLimitExceeded"
         | "AttachmentLimitExceeded"
         | "NetworkInterfaceLimitExceeded" => LimitExceeded,
@@ -114,7 +126,7 @@ mod tests {
         for (code, kind) in [
             ("RequestLimitExceeded", Throttled),
             ("InsufficientFreeAddressesInSubnet", SubnetFull),
-            ("InsufficientCidrBlocks", SubnetFull),
+            ("InsufficientCidrBlocks", NoCidrBlock),
             ("PrivateIpAddressLimitExceeded", LimitExceeded),
             ("AttachmentLimitExceeded", LimitExceeded),
             ("InvalidNetworkInterfaceID.NotFound", NotFound),

@@ -200,7 +200,11 @@ impl Node {
     }
 
     fn failed(&self, e: &CloudError) {
-        if e.kind == CloudErrorKind::SubnetFull {
+        // The Go CNI pauses on both (its containsInsufficientCIDRsOrSubnetIPs).
+        if matches!(
+            e.kind,
+            CloudErrorKind::SubnetFull | CloudErrorKind::NoCidrBlock
+        ) {
             self.state().paused_until = Some(self.account.elapsed() + SUBNET_FULL_PAUSE);
         }
     }

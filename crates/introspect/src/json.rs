@@ -450,6 +450,106 @@ pub struct PoolStatus {
     /// Subnet-scarcity mode: one warm address, idle ones given back.
     #[serde(rename = "SubnetScarce", default)]
     pub subnet_scarce: bool,
+    /// With prefix delegation: where EC2 refused /28 prefixes and the pool took /32s instead.
+    #[serde(rename = "PrefixFallback", default)]
+    pub prefix_fallback: Option<PrefixFallbackStatus>,
+}
+
+/// With prefix delegation, the ENIs that hold /32s because EC2 found no free aligned /28 in
+/// their subnet (`InsufficientCidrBlocks`), and whether new ENIs are created with /32s.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrefixFallbackStatus {
+    /// Addresses held as /32s, on every ENI (`vpccni_prefix_fallback_ip_addresses`).
+    #[serde(rename = "IPsHeldAsSlash32")]
+    pub ips: u32,
+    /// ENIs in a subnet where EC2 refused prefixes, or still holding /32s.
+    #[serde(rename = "ENIs")]
+    pub enis: Vec<EniFallback>,
+    /// New ENIs: EC2 refused prefixes in every subnet they may go to.
+    #[serde(rename = "NewENIs")]
+    pub new_enis: Option<Refusal>,
+}
+
+/// One ENI of [`PrefixFallbackStatus`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EniFallback {
+    /// The ENI.
+    #[serde(rename = "ENI")]
+    pub eni: String,
+    /// Its subnet.
+    #[serde(rename = "SubnetID")]
+    pub subnet: String,
+    /// /32s it holds.
+    #[serde(rename = "IPs")]
+    pub ips: u32,
+    /// EC2's refusal, while its subnet has not delegated a prefix since.
+    #[serde(rename = "Refused")]
+    pub refused: Option<Refusal>,
+}
+
+/// EC2's refusal of prefixes somewhere.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    /// First refusal (RFC 3339).
+    #[serde(rename = "Since")]
+    pub since: String,
+    /// EC2's answer.
+    #[serde(rename = "Reason")]
+    pub reason: String,
+    /// Refusals in a row.
+    #[serde(rename = "Refusals")]
+    pub refusals: u32,
+    /// When prefixes are asked for again (RFC 3339).
+    #[serde(rename = "RetryAt")]
+    pub retry_at: String,
+    /// Growth there is by /32s now (`RetryAt` is ahead).
+    #[serde(rename = "Active")]
+    pub active: bool,
+}
+
+impl Refusal {
+    fn new(f: &pool::PrefixFallback, now: pool::Timestamp) -> Self {
+        Refusal {
+            since: gotime::format(f.since),
+            reason: f.reason.clone(),
+            refusals: f.refusals,
+            retry_at: gotime::format(f.retry_at),
+            active: f.active(now),
+        }
+    }
+}
+
+/// `PrefixFallback` of `/v1/pool`: `None` without prefix delegation.
+pub fn prefix_fallback(view: &PoolView) -> Option<PrefixFallbackStatus> {
+    if !view.targets.prefix_delegation {
+        return None;
+    }
+    let fallbacks = view.pool.prefix_fallbacks();
+    let enis: Vec<EniFallback> = view
+        .pool
+        .enis()
+        .filter_map(|e| {
+            let ips = view.slash32s(&e.id);
+            let refused = fallbacks
+                .subnets
+                .get(&e.subnet_id)
+                .map(|f| Refusal::new(f, view.now));
+            (ips > 0 || refused.is_some()).then(|| EniFallback {
+                eni: e.id.clone(),
+                subnet: e.subnet_id.clone(),
+                ips,
+                refused,
+            })
+        })
+        .collect();
+    Some(PrefixFallbackStatus {
+        ips: enis.iter().map(|e| e.ips).sum(),
+        enis,
+        new_enis: fallbacks
+            .new_enis
+            .as_ref()
+            .map(|f| Refusal::new(f, view.now)),
+    })
 }
 
 /// Address counts.
@@ -644,6 +744,7 @@ pub fn pool_status(view: &PoolView) -> PoolStatus {
         pending_pods: view.pending,
         draining: view.draining,
         subnet_scarce: view.scarce,
+        prefix_fallback: prefix_fallback(view),
     }
 }
 

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use cloud::{CloudError, CloudErrorKind, CreateEni, Ec2, Imds, NetworkInterface};
-use pool::{Action, Blocked, PlanContext, Timestamp};
+use pool::{Action, Blocked, PlanContext, PrefixScope, Timestamp};
 use tracing::{debug, error, info, warn};
 
 use super::Daemon;
@@ -107,7 +107,10 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
         }
     }
 
+    /// Assigns more to an ENI. Where EC2 has no free /28 for a prefix, records the refusal
+    /// and reports progress: the next plan of the round takes /32s instead.
     async fn assign_more(&self, eni_id: &str, more: More) -> bool {
+        let subnet = self.ledger.pool().eni(eni_id).map(|e| e.subnet_id.clone());
         let got = match more {
             More::Ips(n) => self
                 .ec2
@@ -122,6 +125,9 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
         };
         match got {
             Ok((ips, prefixes)) => {
+                if let (More::Prefixes(_), Some(subnet)) = (more, &subnet) {
+                    self.prefixes_delegated(PrefixScope::Subnet(subnet));
+                }
                 match self
                     .ledger
                     .persist_growth(|pool| adopt(pool, eni_id, &ips, &prefixes))
@@ -137,6 +143,15 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
                         false
                     }
                 }
+            }
+            Err(e) if e.kind == CloudErrorKind::NoCidrBlock => {
+                self.metrics.prefix_refused();
+                // An ENI gone from the pool meanwhile has no subnet to mark; the next plan
+                // no longer names it.
+                if let Some(subnet) = &subnet {
+                    self.prefixes_refused(PrefixScope::Subnet(subnet), &e.to_string());
+                }
+                true
             }
             Err(e) => {
                 self.metrics
@@ -221,11 +236,32 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
                 return false;
             }
         };
+        let refused_there = self
+            .ledger
+            .pool()
+            .prefix_fallbacks()
+            .refuses(&placement.subnet_id, self.clock.now());
+        if prefixes > 0 && refused_there {
+            // Placement prefers subnets that delegate prefixes: this one means none does.
+            let why = format!(
+                "prefixes are refused in {}, chosen by {}",
+                placement.subnet_id, placement.why
+            );
+            self.prefixes_refused(PrefixScope::NewEnis, &why);
+            return true;
+        }
         let eni = match self
             .create_network_interface(&placement, ips, prefixes)
             .await
         {
             Ok(eni) => eni,
+            Err(e) if prefixes > 0 && e.kind == CloudErrorKind::NoCidrBlock => {
+                // The next plan asks again: placement then prefers another subnet, or, with
+                // none left, new ENIs take /32s.
+                self.metrics.prefix_refused();
+                self.prefixes_refused(PrefixScope::Subnet(&placement.subnet_id), &e.to_string());
+                return true;
+            }
             Err(e) => {
                 self.metrics.ipamd_error("increaseIPPoolAllocENI");
                 self.ec2_failed("creating an ENI", e);
@@ -262,6 +298,10 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
             eni = %eni.id, device, subnet = %eni.subnet_id, ips = eni.secondary_ips.len(),
             prefixes = eni.prefixes.len(), why = %placement.why, "created and attached ENI"
         );
+        if !eni.prefixes.is_empty() {
+            self.prefixes_delegated(PrefixScope::NewEnis);
+            self.prefixes_delegated(PrefixScope::Subnet(&eni.subnet_id));
+        }
         // A resent request may have been placed before the configuration changed: the ENI's
         // own subnet is the truth.
         let subnet_cidr = if eni.subnet_id == placement.subnet_id {

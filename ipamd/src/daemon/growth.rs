@@ -136,7 +136,7 @@ impl GrowthFailure {
     /// How long growth pauses after this failure, if it pauses at all.
     pub fn pause(&self) -> Option<Duration> {
         match self {
-            GrowthFailure::Ec2 { source, .. } if source.kind == CloudErrorKind::SubnetFull => {
+            GrowthFailure::Ec2 { source, .. } if source.is_subnet_exhausted() => {
                 Some(SUBNET_FULL_PAUSE)
             }
             GrowthFailure::Ec2 { .. } | GrowthFailure::Placement(NoPlacement::Ec2(_)) => None,
@@ -158,7 +158,7 @@ impl fmt::Display for GrowthFailure {
                 subnet,
             } => match source.kind {
                 // The first sentence is the Go CNI's, which operators grep for.
-                CloudErrorKind::SubnetFull => write!(
+                CloudErrorKind::SubnetFull | CloudErrorKind::NoCidrBlock => write!(
                     f,
                     "Unable to attach IPs/Prefixes for the ENI, subnet doesn't seem to have enough \
                      IPs/Prefixes. Consider using new subnet or carve a reserved range using \
@@ -259,7 +259,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
 
     /// An EC2 call of a growth step failed.
     pub(super) fn ec2_failed(&self, doing: impl Into<String>, source: CloudError) {
-        if source.kind == CloudErrorKind::SubnetFull {
+        if source.is_subnet_exhausted() {
             self.subnet_full();
         }
         if source.kind == CloudErrorKind::Unauthorized

@@ -11,6 +11,7 @@ mod ledger;
 mod migrate;
 mod overrides;
 mod placement;
+mod prefix_fallback;
 mod reconcile;
 mod recover;
 mod requests;

@@ -147,11 +147,14 @@ pub fn eni_config(
 /// Subnet discovery's choice among `subnets` (those of the node's VPC and zone): the node's
 /// own subnet unless tagged `kubernetes.io/role/cni=0`, and every other subnet tagged with a
 /// value other than `0`, without cluster tags or with one for `cluster`; the one with the
-/// most free addresses wins (the node's own on a tie). `None` when no subnet may be used.
+/// most free addresses wins (the node's own on a tie), after those that are not `avoided`
+/// (with prefix delegation: EC2 refuses prefixes there for now). `None` when no subnet may
+/// be used.
 pub fn discover<'a>(
     subnets: &'a [Subnet],
     node_subnet: &str,
     cluster: Option<&str>,
+    avoided: &dyn Fn(&str) -> bool,
 ) -> Option<(&'a Subnet, String)> {
     fn role(s: &Subnet) -> Option<&str> {
         s.tags.get(SUBNET_ROLE_TAG).map(String::as_str)
@@ -173,7 +176,7 @@ pub fn discover<'a>(
                 role(s).is_some_and(|r| r != "0") && for_cluster(s)
             }
         })
-        .max_by_key(|s| (s.available_ips, s.id == node_subnet))
+        .max_by_key(|s| (!avoided(&s.id), s.available_ips, s.id == node_subnet))
         .map(|s| {
             let why = if s.id == node_subnet {
                 format!(
@@ -268,10 +271,25 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
                 tags: Default::default(),
             });
         }
+        let refusing = {
+            let now = self.clock.now();
+            let pool = self.ledger.pool();
+            let fallbacks = pool.prefix_fallbacks();
+            let refusing: Vec<String> = fallbacks
+                .subnets
+                .keys()
+                .filter(|s| fallbacks.refuses(s, now))
+                .cloned()
+                .collect();
+            refusing
+        };
+        let avoided =
+            |s: &str| self.node.targets.prefix_delegation && refusing.iter().any(|r| r == s);
         match discover(
             &subnets,
             &id.primary_eni.subnet_id,
             self.node.cluster_name.as_deref(),
+            &avoided,
         ) {
             Some((subnet, why)) => {
                 info!(subnet = %subnet.id, cidr = %subnet.cidr, "{why}");
@@ -314,7 +332,7 @@ mod tests {
     }
 
     fn chosen(subnets: &[Subnet], cluster: Option<&str>) -> Option<String> {
-        discover(subnets, "subnet-node", cluster).map(|(s, _)| s.id.clone())
+        discover(subnets, "subnet-node", cluster, &|_| false).map(|(s, _)| s.id.clone())
     }
 
     #[test]
@@ -327,8 +345,31 @@ mod tests {
             subnet("subnet-off", 1000, &[(SUBNET_ROLE_TAG, "0")]),
         ];
         assert_eq!(chosen(&subnets, None).as_deref(), Some("subnet-b"));
-        let (_, why) = discover(&subnets, "subnet-node", None).unwrap();
+        let (_, why) = discover(&subnets, "subnet-node", None, &|_| false).unwrap();
         assert!(why.contains("300"), "{why}");
+    }
+
+    #[test]
+    fn discovery_passes_over_subnets_that_refuse_prefixes_while_another_will_do() {
+        let tagged = [(SUBNET_ROLE_TAG, "1")];
+        let subnets = [
+            subnet("subnet-node", 100, &[]),
+            subnet("subnet-b", 500, &tagged),
+            subnet("subnet-c", 50, &tagged),
+        ];
+        let pick = |avoid: &[&str]| {
+            discover(&subnets, "subnet-node", None, &|s| avoid.contains(&s))
+                .map(|(s, _)| s.id.clone())
+        };
+        assert_eq!(pick(&[]).as_deref(), Some("subnet-b"));
+        assert_eq!(pick(&["subnet-b"]).as_deref(), Some("subnet-node"));
+        assert_eq!(
+            pick(&["subnet-b", "subnet-node"]).as_deref(),
+            Some("subnet-c")
+        );
+        // All refuse: the most free addresses, as without prefixes.
+        let all = ["subnet-b", "subnet-node", "subnet-c"];
+        assert_eq!(pick(&all).as_deref(), Some("subnet-b"));
     }
 
     #[test]

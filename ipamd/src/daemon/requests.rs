@@ -409,7 +409,9 @@ fn failure(f: Option<&super::growth::GrowthFailure>, otherwise: NoAddressCause) 
     use cloud::CloudErrorKind;
     match f {
         Some(GrowthFailure::Ec2 { source, .. }) => match source.kind {
-            CloudErrorKind::SubnetFull => NoAddressCause::SubnetExhausted,
+            CloudErrorKind::SubnetFull | CloudErrorKind::NoCidrBlock => {
+                NoAddressCause::SubnetExhausted
+            }
             CloudErrorKind::Throttled | CloudErrorKind::Overloaded => NoAddressCause::Ec2Throttling,
             CloudErrorKind::Unauthorized => NoAddressCause::MissingIamPermissions,
             _ => NoAddressCause::Ec2Error,

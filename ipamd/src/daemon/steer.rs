@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use cloud::{Ec2, Imds};
 use cluster::{ClusterEvent, ClusterView, EventKind, PodFacts, Regarding};
-use pool::{ADDRS_PER_PREFIX, NodeLimits, Targets};
+use pool::{NodeLimits, Targets};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
@@ -147,7 +147,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
 
     /// How many pods the node can give an address to: every ENI it may hold (fewer those
     /// someone else manages, and the primary under custom networking), each slot an address
-    /// or a /28. `None` in IPv6 mode, where a /80 leaves no limit to publish.
+    /// or a /28 (an address where EC2 refuses prefixes, see `prefix_capacity`). `None` in
+    /// IPv6 mode, where a /80 leaves no limit to publish.
     pub fn capacity(&self) -> Option<u32> {
         if !self.node.ip_family.has_v4() {
             return None;
@@ -156,15 +157,10 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
         let enis = limits
             .max_enis
             .saturating_sub(u32::from(self.node.custom_networking));
-        let per_slot = if self.node.targets.prefix_delegation {
-            ADDRS_PER_PREFIX
-        } else {
-            1
-        };
-        Some(
-            enis.saturating_mul(limits.secondary_ips_per_eni)
-                .saturating_mul(per_slot),
-        )
+        if self.node.targets.prefix_delegation {
+            return Some(self.prefix_capacity(enis, limits.secondary_ips_per_eni));
+        }
+        Some(enis.saturating_mul(limits.secondary_ips_per_eni))
     }
 
     /// Addresses a pod could be given now (in IPv6 mode, whether a /80 is delegated).

@@ -90,6 +90,8 @@ pub struct Metrics {
     cooling_ips: IntGauge,
     ec2_retries: IntCounterVec,
     ec2_backoff: CounterVec,
+    prefix_fallback_ips: IntGauge,
+    prefix_refusals: IntCounter,
 }
 
 impl Metrics {
@@ -280,6 +282,16 @@ impl Metrics {
                     &["api"],
                 )?,
             )?,
+            prefix_fallback_ips: gauge(
+                &r,
+                "vpccni_prefix_fallback_ip_addresses",
+                "With prefix delegation, the IP addresses held as /32s because EC2 had no free /28 block in the subnet",
+            )?,
+            prefix_refusals: counter(
+                &r,
+                "vpccni_prefix_refusals_total",
+                "Prefix requests EC2 refused for want of a free aligned /28 block (InsufficientCidrBlocks)",
+            )?,
             scrape: Mutex::new(()),
             registry: r.registry.clone(),
             names: Vec::new(),
@@ -362,6 +374,11 @@ impl Metrics {
         self.cooling_ips
             .set(i64::from(counts.cooling) + i64::from(counts6.cooling));
         self.total_prefixes.set(count(view.prefix_count()));
+        let slash32s: u32 = match view.targets.prefix_delegation {
+            true => pool.enis().map(|e| view.slash32s(&e.id)).sum(),
+            false => 0,
+        };
+        self.prefix_fallback_ips.set(i64::from(slash32s));
         self.ips_per_cidr.reset();
         self.ips_per_eni.reset();
         for eni in pool.enis() {
@@ -397,6 +414,11 @@ impl Metrics {
                 .with_label_values(&[&prefix.to_string()])
                 .add(0);
         }
+    }
+
+    /// `vpccni_prefix_refusals_total` += 1: EC2 refused a prefix for want of a /28 block.
+    pub fn prefix_refused(&self) {
+        self.prefix_refusals.inc();
     }
 
     /// `awscni_ipamd_error_count{fn}` += 1.

@@ -62,6 +62,38 @@ pub(super) fn growth(
     })
 }
 
+/// The probe of a subnet whose backoff has ended, when growth does not ask for a prefix
+/// there: one prefix on the first such ENI with a free slot, else one of its available /32s
+/// given back to free a slot (when a release may happen now). Asking is the only way to know
+/// that blocks are free again; one prefix or one /32 at a time keeps a refused probe cheap.
+pub(super) fn probe(
+    view: &PoolView<'_>,
+    limits: &NodeLimits,
+    may_release: bool,
+) -> Option<(String, Action)> {
+    if view.totals.total >= limits.max_pods {
+        return None;
+    }
+    let mut probing = view.enis.iter().filter(|e| e.probing && !e.excluded);
+    if let Some(eni) = probing
+        .clone()
+        .find(|e| e.slots < limits.secondary_ips_per_eni)
+    {
+        let eni_id = eni.info.id.clone();
+        return Some((eni_id.clone(), Action::AssignPrefixes { eni_id, count: 1 }));
+    }
+    if !may_release {
+        return None;
+    }
+    probing.find_map(|e| {
+        let eni_id = e.info.id.clone();
+        e.loose.first().map(|ip| {
+            let ips = vec![*ip];
+            (eni_id.clone(), Action::ReleaseIps { eni_id, ips })
+        })
+    })
+}
+
 fn assign_ips(eni: &EniView<'_>, count: u32) -> Plan {
     grow(Action::AssignIps {
         eni_id: eni.info.id.clone(),

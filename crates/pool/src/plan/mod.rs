@@ -276,8 +276,24 @@ pub fn explain(pool: &Pool, limits: &NodeLimits, targets: &Targets, ctx: PlanCon
     let next_release = ctx.last_release.map(|t| t.after(RELEASE_INTERVAL));
     let may_release = next_release.is_none_or(|t| t <= ctx.now);
     let retiring = view.retiring() as u32;
+    // A cordoned node asks EC2 for nothing it does not need.
+    let probe = || {
+        let found = grow::probe(&view, limits, may_release).filter(|_| !ctx.draining);
+        found.map(|(eni_id, action)| Explained {
+            plan: Plan {
+                actions: vec![action],
+                blocked: None,
+            },
+            reason: Reason::Probe { standing, eni_id },
+        })
+    };
     if let Some(short) = demand.shortfall(targets, limits) {
         let plan = demand.growth(&view, limits, targets, short);
+        if plan.blocked.is_some()
+            && let Some(probe) = probe()
+        {
+            return probe;
+        }
         // Blocked with retiring /32s in the slots: giving them back makes room for prefixes.
         if plan.blocked.is_some() && retiring > 0 && may_release {
             return Explained {
@@ -296,6 +312,9 @@ pub fn explain(pool: &Pool, limits: &NodeLimits, targets: &Targets, ctx: PlanCon
             None => Reason::Low(standing),
         };
         return Explained { plan, reason };
+    }
+    if let Some(probe) = probe() {
+        return probe;
     }
     let surplus = demand.surplus(targets).map(|s| match s {
         targets::Surplus::Addresses(n) | targets::Surplus::Prefixes(n) => n,

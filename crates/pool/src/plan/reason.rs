@@ -185,6 +185,14 @@ pub enum Reason {
         /// Free /32s going back.
         ips: u32,
     },
+    /// EC2 refused prefixes in this ENI's subnet and the backoff has ended: the plan asks for
+    /// one prefix there, or gives back one free /32 to make room for it.
+    Probe {
+        /// The numbers.
+        standing: Standing,
+        /// The ENI.
+        eni_id: String,
+    },
     /// The plan frees this unused ENI.
     FreeEni {
         /// The numbers.
@@ -210,6 +218,7 @@ impl Reason {
             | Reason::ReleaseWait { standing, .. }
             | Reason::SurplusHeld { standing, .. }
             | Reason::Retiring { standing, .. }
+            | Reason::Probe { standing, .. }
             | Reason::FreeEni { standing, .. } => standing,
         }
     }
@@ -243,6 +252,11 @@ impl fmt::Display for Reason {
             Reason::Retiring { ips, .. } => write!(
                 f,
                 "{ips} free /32s go back: prefixes are delegated again where they stood in"
+            ),
+            Reason::Probe { eni_id, .. } => write!(
+                f,
+                "prefixes were refused in {eni_id}'s subnet and the backoff has ended: asking \
+                 for one again (a slot is freed first if none is)"
             ),
             Reason::FreeEni { standing, eni_id } => match standing.mode {
                 PoolMode::WarmEni => write!(f, "{}: {eni_id} is unused", standing.enis_spare()),

@@ -79,10 +79,15 @@ pub(super) struct EniView<'a> {
     pub releasable: Vec<Unit>,
     /// With prefix delegation, EC2 refuses prefixes in its subnet for now: it grows by /32s.
     pub refused: bool,
-    /// With prefix delegation on an ENI that gets prefixes, its available /32s (left from a
-    /// fallback, or from before delegation was on): they go back whatever the targets say, and
-    /// count nowhere in `totals`, so the pool grows by prefixes in their stead.
+    /// With prefix delegation, EC2 refused prefixes in its subnet and the backoff has ended:
+    /// one prefix is asked for (a probe) before its /32s are given up.
+    pub probing: bool,
+    /// With prefix delegation on an ENI whose subnet delegates prefixes, its available /32s
+    /// (left from a fallback, or from before delegation was on): they go back whatever the
+    /// targets say, and count nowhere in `totals`, so the pool grows by prefixes instead.
     pub retiring: Vec<Ipv4Addr>,
+    /// Its available /32s, highest first (a probe may give one back to free a slot).
+    pub loose: Vec<Ipv4Addr>,
 }
 
 /// The whole pool, ENIs by device number.
@@ -131,8 +136,15 @@ fn eni_view<'a>(
     let mut retiring = Vec::new();
     let mut prefix_available: BTreeMap<Ipv4Network, u32> = BTreeMap::new();
     let excluded = pool.is_excluded(&info.id);
-    let refused = prefix_delegation && pool.prefix_fallbacks().refuses(&info.subnet_id, now);
-    let retire = prefix_delegation && !refused && !excluded;
+    let fallback = pool
+        .prefix_fallbacks()
+        .subnets
+        .get(&info.subnet_id)
+        .filter(|_| prefix_delegation);
+    let refused = fallback.is_some_and(|f| f.active(now));
+    let probing = fallback.is_some_and(|f| !f.active(now));
+    let retire = prefix_delegation && fallback.is_none() && !excluded;
+    let mut loose = Vec::new();
     for (ip, slot) in pool.addresses(&info.id) {
         if excluded && !slot.is_assigned() {
             continue;
@@ -153,6 +165,7 @@ fn eni_view<'a>(
                 secondaries += 1;
                 if available {
                     releasable.push(Unit::Ip(ip));
+                    loose.push(ip);
                 }
             }
         }
@@ -173,6 +186,11 @@ fn eni_view<'a>(
         cooling,
         releasable,
         refused,
+        probing,
         retiring,
+        loose: {
+            loose.reverse();
+            loose
+        },
     }
 }

@@ -281,6 +281,15 @@ proptest! {
                     prop_assert!(releasing);
                     prop_assert!(*surplus > 0);
                 }
+                Reason::Probe { eni_id, .. } => {
+                    prop_assert_eq!(e.plan.actions.len(), 1);
+                    let probed = match &e.plan.actions[0] {
+                        Action::AssignPrefixes { eni_id, count: 1 } => Some(eni_id),
+                        Action::ReleaseIps { eni_id, ips } if ips.len() == 1 => Some(eni_id),
+                        _ => None,
+                    };
+                    prop_assert_eq!(probed, Some(eni_id));
+                }
                 Reason::Retiring { ips, .. } => {
                     prop_assert!(releasing);
                     prop_assert!(*ips > 0);
