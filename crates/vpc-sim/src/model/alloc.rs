@@ -3,11 +3,18 @@
 //! AWS keeps the first four addresses (network, router, DNS, future use) and the last one
 //! (broadcast) of every subnet. A delegated prefix is a /28-aligned block of 16 addresses none of
 //! which is reserved or in use; it then occupies all 16.
+//!
+//! Addresses held by someone outside the model's ENIs ("strays", see [`super::fragment`]) are
+//! kept apart from the ENIs' own, so that setting a new fragmentation level can take every
+//! stray back without ever freeing an address an ENI holds, and an ENI's release can never
+//! free a stray.
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 
 use ipnetwork::Ipv4Network;
+
+use super::fragment::Fragment;
 
 /// Addresses in one /28 prefix.
 pub const PREFIX_LEN: u8 = 28;
@@ -65,7 +72,11 @@ impl Space for AddressSpace {
 #[derive(Debug, Clone)]
 pub struct AddressSpace {
     cidr: Ipv4Network,
+    /// Held by the model's ENIs.
     used: BTreeSet<u32>,
+    /// Held by someone else; disjoint from `used`.
+    strays: BTreeSet<u32>,
+    fragment: Fragment,
 }
 
 impl AddressSpace {
@@ -74,6 +85,8 @@ impl AddressSpace {
         Self {
             cidr,
             used: BTreeSet::new(),
+            strays: BTreeSet::new(),
+            fragment: Fragment::None,
         }
     }
 
@@ -95,15 +108,20 @@ impl AddressSpace {
         a < self.first() + RESERVED_AT_START || a == self.last()
     }
 
-    /// Free, assignable addresses left (what DescribeSubnets calls availableIpAddressCount).
+    /// Free, assignable addresses left (what DescribeSubnets calls availableIpAddressCount;
+    /// EC2 counts addresses of other owners in the subnet as taken, so strays are not free).
     pub fn available(&self) -> u32 {
         let usable = self.cidr.size().saturating_sub(RESERVED_AT_START + 1);
-        usable.saturating_sub(self.used.len() as u32)
+        usable.saturating_sub(self.used.len() as u32 + self.strays())
     }
 
-    /// Whether `ip` is assigned (alone or inside a prefix).
+    /// Whether `ip` is assigned (alone or inside a prefix), or held by someone else.
     pub fn in_use(&self, ip: Ipv4Addr) -> bool {
-        self.used.contains(&u32::from(ip))
+        self.taken(u32::from(ip))
+    }
+
+    fn taken(&self, a: u32) -> bool {
+        self.used.contains(&a) || self.strays.contains(&a)
     }
 
     /// Takes `ip` if it is free and assignable.
@@ -115,9 +133,10 @@ impl AddressSpace {
         if self.is_reserved(a) {
             return Err(TakeError::Reserved);
         }
-        if !self.used.insert(a) {
+        if self.taken(a) {
             return Err(TakeError::InUse);
         }
+        self.used.insert(a);
         Ok(())
     }
 
@@ -129,7 +148,7 @@ impl AddressSpace {
         let mut out = Vec::with_capacity(n as usize);
         let mut a = self.first() + RESERVED_AT_START;
         while out.len() < n as usize && a < self.last() {
-            if !self.used.contains(&a) {
+            if !self.taken(a) {
                 out.push(a);
             }
             a += 1;
@@ -146,6 +165,55 @@ impl AddressSpace {
         !self.is_reserved(start)
             && !self.is_reserved(end)
             && self.used.range(start..=end).next().is_none()
+            && self.strays.range(start..=end).next().is_none()
+    }
+
+    /// Starts of the subnet's /28-aligned blocks, lowest first.
+    fn blocks(&self) -> impl Iterator<Item = u32> {
+        let (first, last) = (self.first(), self.last());
+        (first..=last)
+            .step_by(PREFIX_SIZE as usize)
+            .filter(move |s| s + PREFIX_SIZE - 1 <= last)
+    }
+
+    /// Aligned /28 blocks wholly free: how many prefixes could still be delegated.
+    pub fn free_prefixes(&self) -> u32 {
+        self.blocks().filter(|s| self.block_is_free(*s)).count() as u32
+    }
+
+    /// The fragmentation level last set.
+    pub fn fragment(&self) -> Fragment {
+        self.fragment
+    }
+
+    /// Addresses held by someone outside the model's ENIs.
+    pub fn strays(&self) -> u32 {
+        self.strays.len() as u32
+    }
+
+    /// Takes every stray back, then puts one on a free address of each block `f` selects among
+    /// those that could hold a prefix at all (no reserved address). The block's last address is
+    /// preferred, else its highest free one: low addresses are what `take_any` hands out first,
+    /// so the strays stay out of the way of single addresses. A block with no free address is
+    /// skipped; it cannot hold a prefix anyway.
+    pub fn set_fragment(&mut self, f: Fragment) {
+        self.strays.clear();
+        self.fragment = f;
+        let eligible: Vec<u32> = self
+            .blocks()
+            .filter(|s| !self.is_reserved(*s) && !self.is_reserved(s + PREFIX_SIZE - 1))
+            .collect();
+        for (i, start) in eligible.into_iter().enumerate() {
+            if !f.selects(i as u64) {
+                continue;
+            }
+            let free = (start..start + PREFIX_SIZE)
+                .rev()
+                .find(|a| !self.used.contains(a));
+            if let Some(a) = free {
+                self.strays.insert(a);
+            }
+        }
     }
 
     /// Takes `n` free /28 prefixes, lowest first, or none at all when fewer exist.
@@ -281,5 +349,121 @@ mod tests {
         assert_eq!(s.take_prefix(p("10.0.0.16/28")), Err(TakeError::InUse));
         assert!(s.in_use("10.0.0.31".parse().unwrap()));
         assert_eq!(s.take("10.0.0.17".parse().unwrap()), Err(TakeError::InUse));
+    }
+
+    fn ip(s: &str) -> Ipv4Addr {
+        s.parse().unwrap()
+    }
+
+    fn strays_of(s: &AddressSpace) -> Vec<String> {
+        s.strays
+            .iter()
+            .map(|a| Ipv4Addr::from(*a).to_string())
+            .collect()
+    }
+
+    #[test]
+    fn all_puts_a_stray_at_the_end_of_every_block_that_could_be_a_prefix() {
+        let mut s = space("10.0.0.0/24");
+        assert_eq!(
+            s.free_prefixes(),
+            14,
+            "the first and last /28 hold reserved addresses"
+        );
+        s.set_fragment(Fragment::All);
+        let want: Vec<String> = (1..15).map(|b| format!("10.0.0.{}", b * 16 + 15)).collect();
+        assert_eq!(strays_of(&s), want);
+        assert_eq!((s.fragment(), s.strays()), (Fragment::All, 14));
+        assert_eq!(s.available(), 251 - 14);
+        assert_eq!(s.free_prefixes(), 0);
+        assert_eq!(s.take_prefixes(1), None);
+        assert_eq!(
+            s.take_prefix("10.0.0.16/28".parse().unwrap()),
+            Err(TakeError::InUse)
+        );
+        assert_eq!(s.take(ip("10.0.0.31")), Err(TakeError::InUse));
+        assert!(s.in_use(ip("10.0.0.31")));
+    }
+
+    #[test]
+    fn single_addresses_are_still_assigned_around_the_strays() {
+        let mut s = space("10.0.0.0/24");
+        s.set_fragment(Fragment::All);
+        let got = s.take_any(s.available()).unwrap();
+        assert_eq!(got.len(), 237);
+        let strays = strays_of(&s);
+        assert!(got.iter().all(|a| !strays.contains(&a.to_string())));
+        assert_eq!((s.available(), s.take_any(1)), (0, None));
+    }
+
+    #[test]
+    fn none_takes_the_strays_back_and_prefixes_are_free_again() {
+        let mut s = space("10.0.0.0/24");
+        s.set_fragment(Fragment::All);
+        s.set_fragment(Fragment::None);
+        assert_eq!((s.strays(), s.available(), s.free_prefixes()), (0, 251, 14));
+        assert_eq!(s.take_prefixes(1).unwrap()[0].to_string(), "10.0.0.16/28");
+    }
+
+    #[test]
+    fn a_percentage_fragments_that_share_of_blocks_evenly() {
+        let mut s = space("10.0.0.0/24");
+        s.set_fragment(Fragment::Percent(50));
+        // Eligible blocks 1, 3, .., 13 of 0..14, i.e. subnet blocks 2, 4, .., 14.
+        let want: Vec<String> = (1..8).map(|k| format!("10.0.0.{}", k * 32 + 15)).collect();
+        assert_eq!(strays_of(&s), want);
+        assert_eq!((s.free_prefixes(), s.available()), (7, 244));
+        s.set_fragment(Fragment::Percent(10));
+        assert_eq!(strays_of(&s), ["10.0.0.175"], "round-down of 1.4 blocks");
+        s.set_fragment(Fragment::Percent(0));
+        assert_eq!(s.strays(), 0);
+        s.set_fragment(Fragment::Percent(100));
+        assert_eq!((s.strays(), s.free_prefixes()), (14, 0));
+    }
+
+    #[test]
+    fn a_stray_goes_to_the_highest_free_address_and_skips_full_blocks() {
+        let mut s = space("10.0.0.0/26");
+        s.take(ip("10.0.0.31")).unwrap();
+        s.take(ip("10.0.0.30")).unwrap();
+        s.take_prefix("10.0.0.32/28".parse().unwrap()).unwrap();
+        s.set_fragment(Fragment::All);
+        // Block .48/28 holds the broadcast: never eligible.
+        assert_eq!(strays_of(&s), ["10.0.0.29"]);
+        assert_eq!(s.available(), 59 - 2 - 16 - 1);
+    }
+
+    #[test]
+    fn strays_and_eni_addresses_never_release_each_other() {
+        let mut s = space("10.0.0.0/24");
+        s.take(ip("10.0.0.20")).unwrap();
+        s.set_fragment(Fragment::All);
+        let after_all = s.available();
+        // An ENI's release of an address it does not hold must not free someone else's.
+        s.release(ip("10.0.0.31"));
+        s.release_prefix("10.0.0.32/28".parse().unwrap());
+        assert_eq!((s.strays(), s.available()), (14, after_all));
+        assert!(s.in_use(ip("10.0.0.31")) && s.in_use(ip("10.0.0.47")));
+        // Addresses ENIs took while fragmented stay theirs when the strays go.
+        let later = s.take_any(3).unwrap();
+        s.set_fragment(Fragment::None);
+        assert_eq!(s.strays(), 0);
+        for a in later.iter().chain([&ip("10.0.0.20")]) {
+            assert!(s.in_use(*a), "{a}");
+            assert_eq!(s.take(*a), Err(TakeError::InUse), "{a}");
+        }
+        assert_eq!(s.available(), 251 - 4);
+        // Re-fragmenting never moves an ENI's address into the stray set.
+        s.set_fragment(Fragment::All);
+        s.release(ip("10.0.0.20"));
+        assert!(!s.in_use(ip("10.0.0.20")));
+        assert_eq!(s.strays(), 14);
+    }
+
+    #[test]
+    fn a_subnet_too_small_for_an_eligible_block_gets_no_stray() {
+        let mut s = space("10.0.0.0/28");
+        s.set_fragment(Fragment::All);
+        assert_eq!((s.strays(), s.available()), (0, 11));
     }
 }

@@ -10,6 +10,7 @@ mod alloc6;
 mod attach;
 mod enis;
 mod error;
+mod fragment;
 mod groups;
 mod ids;
 mod tags;
@@ -34,6 +35,7 @@ pub use alloc::{AddressSpace, PREFIX_LEN, TakeError};
 pub use alloc6::{Ipv6Space, PREFIX_V6_LEN, SUBNET_V6_LEN};
 pub use enis::{CreateEni, EniChange};
 pub use error::ModelError;
+pub use fragment::{BadFragment, Fragment, FragmentReport};
 pub use ids::{IdGen, well_formed};
 pub use tags::TagFilter;
 pub use types::{
@@ -102,6 +104,8 @@ pub struct SubnetSpec {
     /// Instances to launch in it; `None` for the first subnet, which takes every instance no
     /// other subnet asks for.
     pub nodes: Option<usize>,
+    /// How many of its /28 blocks hold an address owned by someone else.
+    pub fragment: Fragment,
 }
 
 impl SubnetSpec {
@@ -112,6 +116,7 @@ impl SubnetSpec {
             az: None,
             tags: Tags::new(),
             nodes: None,
+            fragment: Fragment::None,
         }
     }
 }
@@ -236,6 +241,8 @@ impl Model {
         let mut placed = Vec::new();
         for spec in &t.subnets {
             let id = m.add_subnet(spec.cidr, spec.az.as_deref(), spec.tags.clone())?;
+            // Before any instance launches: the strays were there before the cluster was.
+            m.set_fragment(&id, spec.fragment)?;
             if t.ipv6 {
                 // Before any instance launches, so primary ENIs get their IPv6 address.
                 m.associate_subnet_ipv6_cidr(&id, None)?;

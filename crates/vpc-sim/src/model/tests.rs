@@ -668,6 +668,7 @@ fn multi_az(nodes: usize) -> Model {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         nodes,
+        fragment: Fragment::None,
     };
     let t = Topology {
         secondary_cidrs: vec!["100.64.0.0/16".parse().unwrap()],
