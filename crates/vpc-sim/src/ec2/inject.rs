@@ -156,7 +156,7 @@ pub async fn put_imds(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
 
 /// HTTP 400 with `{"error": ".."}` for a control body that cannot be used (what was in force
 /// stays).
-fn refused(what: &str, e: &dyn std::error::Error) -> Response {
+pub(crate) fn refused(what: &str, e: &dyn std::error::Error) -> Response {
     tracing::info!(error = %e, "{what} refused");
     let body = serde_json::json!({ "error": e.to_string() }).to_string();
     (

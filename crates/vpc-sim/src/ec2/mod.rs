@@ -20,7 +20,17 @@
 //!   ([`crate::imds::freeze::FreezeReport`]);
 //! * `PUT /_sim/imds`: `{"frozen": true}` freezes every IMDS as it is now (EC2 goes on changing),
 //!   `{"frozen": false}` (or `{}`) returns to the live, lagged view; answers like GET, and a bad
-//!   body gets 400 `{"error": ".."}` ([`crate::imds::freeze`]).
+//!   body gets 400 `{"error": ".."}` ([`crate::imds::freeze`]);
+//! * `GET /_sim/fragment`: every subnet's fragmentation, `{"subnets": [<report>, ..]}`, where a
+//!   report is [`crate::model::FragmentReport`]: `{"subnet", "cidr", "fragment", "strays",
+//!   "available_ip_address_count", "free_prefixes"}`;
+//! * `PUT /_sim/fragment`: `{"subnet": "subnet-..", "fragment": "all"|"none"|PCT}` (PCT a
+//!   number or numeric string, 0-100) takes the subnet's strays back and places new ones, one
+//!   on a free address of every /28 block that could hold a prefix, of none, or of PCT% of
+//!   them ([`crate::model::Fragment`]); answers with that subnet's report. Addresses held by
+//!   ENIs are never touched. An unknown subnet, field or level gets 400 `{"error": ".."}`
+//!   naming it ([`fragment`]). Prefix requests that then find no free /28 fail with
+//!   `InsufficientCidrBlocks`, as on EC2, while single addresses are still assigned.
 //!
 //! An injected fault and an IAM denial are decided before the model is touched, the fault
 //! first (it stands in front of the service, as EC2's throttling does); see [`crate::faults`]
@@ -29,6 +39,7 @@
 pub(crate) mod actions;
 pub mod error;
 pub mod filter;
+pub mod fragment;
 pub mod inject;
 pub mod params;
 pub mod xml;
@@ -63,8 +74,8 @@ pub struct Ctx<'a> {
     pub request_id: &'a str,
 }
 
-/// The EC2 router (plus `/_sim/state`, `/_sim/calls`, `/_sim/faults`, `/_sim/iam` and
-/// `/_sim/imds`).
+/// The EC2 router (plus `/_sim/state`, `/_sim/calls`, `/_sim/faults`, `/_sim/iam`,
+/// `/_sim/imds` and `/_sim/fragment`).
 pub fn router(sim: Arc<Sim>) -> Router {
     Router::new()
         .route("/", post(handle))
@@ -76,6 +87,10 @@ pub fn router(sim: Arc<Sim>) -> Router {
         )
         .route("/_sim/iam", get(inject::get_iam).put(inject::put_iam))
         .route("/_sim/imds", get(inject::get_imds).put(inject::put_imds))
+        .route(
+            "/_sim/fragment",
+            get(fragment::get_fragment).put(fragment::put_fragment),
+        )
         .with_state(sim)
 }
 

@@ -10,5 +10,6 @@ mod ec2_ipv6;
 mod ec2_sdk;
 mod fabric_vpc;
 mod faults;
+mod fragment;
 mod imds_api;
 mod sim_controls;
