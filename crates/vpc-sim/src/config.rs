@@ -10,7 +10,7 @@ use thiserror::Error;
 
 use crate::fabric::{DEFAULT_OUTSIDE_IP, DEFAULT_OUTSIDE_IPV6, OUTSIDE_LINK_NET};
 use crate::faults::{FaultError, Faults};
-use crate::model::{SubnetSpec, Topology};
+use crate::model::{BadFragment, SubnetSpec, Topology};
 
 /// Where the servers listen and whether namespaces are built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
@@ -99,8 +99,8 @@ pub fn parse_extra_type(s: &str) -> Result<ExtraType, String> {
     })
 }
 
-/// Parses `CIDR[,az=AZ][,tag=KEY[=VALUE]]...[,nodes=N]` (a tag without `=VALUE` has an empty
-/// value, as EC2 allows).
+/// Parses `CIDR[,az=AZ][,tag=KEY[=VALUE]]...[,nodes=N][,fragment=all|none|PCT]` (a tag without
+/// `=VALUE` has an empty value, as EC2 allows).
 pub fn parse_subnet(s: &str) -> Result<SubnetSpec, String> {
     let mut parts = s.split(',');
     let cidr = parts.next().unwrap_or_default();
@@ -108,11 +108,12 @@ pub fn parse_subnet(s: &str) -> Result<SubnetSpec, String> {
         .parse()
         .map_err(|e| format!("{cidr:?} in {s:?} is not an IPv4 CIDR: {e}"))?;
     let mut spec = SubnetSpec::new(cidr);
+    let mut fragment_given = false;
     for part in parts {
         let bad = |why: &str| format!("{part:?} in {s:?}: {why}");
         let (key, value) = part
             .split_once('=')
-            .ok_or_else(|| bad("expected az=AZ, tag=KEY=VALUE or nodes=N"))?;
+            .ok_or_else(|| bad(EXPECTED_SUBNET_PART))?;
         match key {
             "az" if value.is_empty() => return Err(bad("an empty AZ")),
             "az" if spec.az.is_some() => return Err(bad("a second az=")),
@@ -131,11 +132,21 @@ pub fn parse_subnet(s: &str) -> Result<SubnetSpec, String> {
                 let n = value.parse().map_err(|_| bad("not a number of nodes"))?;
                 spec.nodes = Some(n);
             }
-            _ => return Err(bad("expected az=AZ, tag=KEY=VALUE or nodes=N")),
+            "fragment" if fragment_given => return Err(bad("a second fragment=")),
+            "fragment" => {
+                spec.fragment = value
+                    .parse()
+                    .map_err(|e: BadFragment| bad(&e.to_string()))?;
+                fragment_given = true;
+            }
+            _ => return Err(bad(EXPECTED_SUBNET_PART)),
         }
     }
     Ok(spec)
 }
+
+const EXPECTED_SUBNET_PART: &str =
+    "expected az=AZ, tag=KEY=VALUE, nodes=N or fragment=all|none|PCT";
 
 /// Help on fault injection and the other runtime controls, after the options.
 const FAULTS_HELP: &str = "\
@@ -159,7 +170,18 @@ IAM denial and a stale IMDS (runtime only, on the EC2 endpoint):
   policy and the calls denied (in all and by action). Unknown actions are refused with 400.
   PUT /_sim/imds {\"frozen\": true} freezes every instance's IMDS as it is at that moment while
   EC2 goes on changing; {\"frozen\": false} returns to the live view (lagged by --imds-lag-ms).
-  GET /_sim/imds shows whether it is frozen and since when. IMDS tokens keep working.";
+  GET /_sim/imds shows whether it is frozen and since when. IMDS tokens keep working.
+
+Subnet fragmentation (--subnet ...,fragment=all|none|PCT, or at runtime on the EC2 endpoint):
+  A fragmented subnet has one address owned by someone else (no ENI of the VPC) in every /28
+  block that could hold a prefix (all), in none (none), or in PCT percent of them, evenly
+  spread. Such addresses count as used. Prefix requests (Ipv4PrefixCount) that find no wholly
+  free aligned /28 fail with InsufficientCidrBlocks; single addresses are assigned while any is
+  free. PUT /_sim/fragment {\"subnet\": \"subnet-...\", \"fragment\": \"all\"|\"none\"|PCT} takes the
+  subnet's such addresses back and places new ones (ENIs' addresses are never touched),
+  answering with the subnet, its level, the addresses placed, its free addresses and its
+  wholly free /28 blocks; an unknown subnet or a bad level gets 400. GET /_sim/fragment shows
+  the same for every subnet.";
 
 /// vpc-sim's command line.
 #[derive(Debug, Clone, Parser)]
@@ -191,9 +213,11 @@ pub struct Cli {
     /// Another VPC CIDR, e.g. 100.64.0.0/16 for pods (repeatable).
     #[arg(long = "vpc-secondary-cidr")]
     pub vpc_secondary_cidrs: Vec<Ipv4Network>,
-    /// Subnet CIDR[,az=AZ][,tag=KEY=VALUE]...[,nodes=N] (repeatable; no commas in tags), in
-    /// any VPC CIDR. Nodes launch in the first subnet, except N of them in each subnet with
-    /// nodes=N; az= defaults to REGION + "a".
+    /// Subnet CIDR[,az=AZ][,tag=KEY=VALUE]...[,nodes=N][,fragment=all|none|PCT] (repeatable;
+    /// no commas in tags), in any VPC CIDR. Nodes launch in the first subnet, except N of them
+    /// in each subnet with nodes=N; az= defaults to REGION + "a". fragment= puts an address
+    /// owned by someone else in every /28 block (all), none (the default) or PCT% of them, so
+    /// prefix delegation fails with InsufficientCidrBlocks (see the end of --help).
     #[arg(long = "subnet", default_value = "10.0.0.0/24", value_parser = parse_subnet)]
     pub subnets: Vec<SubnetSpec>,
     /// ipv4 (no IPv6 anywhere), ipv6 or dual: with ipv6 and dual the VPC gets an IPv6 /56 and
@@ -707,6 +731,35 @@ mod tests {
     }
 
     #[test]
+    fn subnets_take_a_fragmentation_level() {
+        use crate::model::Fragment;
+        let c = cli(&[
+            "--subnet",
+            "10.0.0.0/24,fragment=all",
+            "--subnet",
+            "10.0.1.0/24,nodes=1,fragment=25,tag=k=v",
+            "--subnet",
+            "10.0.2.0/24,fragment=none",
+            "--subnet",
+            "10.0.3.0/24",
+        ])
+        .unwrap();
+        let t = c.topology().unwrap();
+        let levels: Vec<Fragment> = t.subnets.iter().map(|s| s.fragment).collect();
+        assert_eq!(
+            levels,
+            [
+                Fragment::All,
+                Fragment::Percent(25),
+                Fragment::None,
+                Fragment::None
+            ]
+        );
+        assert_eq!(t.subnets[1].nodes, Some(1));
+        assert_eq!(t.subnets[1].tags["k"], "v");
+    }
+
+    #[test]
     fn bad_subnet_specs_are_named() {
         for (spec, needle) in [
             ("10.0.0/24", "is not an IPv4 CIDR"),
@@ -717,6 +770,24 @@ mod tests {
             ("10.0.1.0/24,tag==1", "an empty tag key"),
             ("10.0.1.0/24,tag=k=1,tag=k=2", "given twice"),
             ("10.0.1.0/24,nodes=-1", "not a number of nodes"),
+            (
+                "10.0.1.0/24,fragment=all,fragment=none",
+                "a second fragment=",
+            ),
+            (
+                "10.0.1.0/24,fragment=lots",
+                "\"lots\" is not a fragmentation level: expected none, all or a percentage",
+            ),
+            (
+                "10.0.1.0/24,fragment=101",
+                "\"101\" is not a fragmentation level",
+            ),
+            (
+                "10.0.1.0/24,fragment=-5",
+                "\"-5\" is not a fragmentation level",
+            ),
+            ("10.0.1.0/24,fragment=", "\"\" is not a fragmentation level"),
+            ("10.0.1.0/24,fragmented=all", "or fragment=all|none|PCT"),
         ] {
             let e = cli(&["--subnet", spec]).unwrap_err().to_string();
             assert!(e.contains("--subnet") && e.contains(needle), "{spec}: {e}");
