@@ -11,6 +11,10 @@
 //! (`PUT /_sim/iam`) denies chosen EC2 actions with `UnauthorizedOperation`, and
 //! [`imds::freeze`] (`PUT /_sim/imds`) keeps every instance's IMDS as it was while EC2 moves on.
 //!
+//! [`model::Fragment`] scatters addresses of other owners over a subnet's /28 blocks
+//! (`--subnet ...,fragment=`, `PUT /_sim/fragment`, [`inproc::Account::set_fragment`]), so
+//! prefix delegation fails with `InsufficientCidrBlocks` while single addresses do not.
+//!
 //! [`inproc`] is the same model, fault plan and IAM policy in process, without HTTP: the EC2
 //! and IMDS the fleet (with EC2's latencies and request buckets) and daemon tests call.
 
@@ -29,4 +33,5 @@ pub mod rand;
 pub mod sim;
 pub mod simfile;
 
+pub use model::{Fragment, FragmentReport};
 pub use sim::Sim;

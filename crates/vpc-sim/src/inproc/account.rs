@@ -14,7 +14,7 @@ use crate::ec2::Ec2Error;
 use crate::ec2::inject;
 use crate::faults::{FaultError, FaultReport, Faults, Injector, Outcome};
 use crate::iam::{Iam, IamError, IamPolicy, IamReport};
-use crate::model::Model;
+use crate::model::{Fragment, FragmentReport, Model, ModelError};
 
 /// What EC2 answered over the run.
 #[derive(Clone, Debug, Default)]
@@ -170,6 +170,17 @@ impl Account {
     /// The IAM policy in force and the calls it denied so far.
     pub fn iam_report(&self) -> IamReport {
         self.lock().iam.report()
+    }
+
+    /// Fragments `subnet_id` as `PUT /_sim/fragment` does: outside EC2's accounting, since it
+    /// stands for someone else's addresses appearing in the subnet, not a call of this account.
+    pub fn set_fragment(&self, subnet_id: &str, f: Fragment) -> Result<FragmentReport, ModelError> {
+        self.with_model(|m| m.set_fragment(subnet_id, f))
+    }
+
+    /// Every subnet's fragmentation, as `GET /_sim/fragment` shows it.
+    pub fn fragment_reports(&self) -> Vec<FragmentReport> {
+        self.with_model(|m| m.fragment_reports())
     }
 
     /// The model, outside EC2's accounting (setting up a scenario, reading what is there).

@@ -207,3 +207,28 @@ async fn filtered_describes_select_as_the_http_api_does() {
     assert_eq!(account.network_interfaces().len(), 2);
     assert_eq!(account.calls().len(), 6, "the reads are not EC2 calls");
 }
+
+#[tokio::test]
+async fn a_fragmented_subnet_refuses_prefixes_in_process_until_healed() {
+    use crate::model::{Fragment, ModelError};
+    let (account, instance) = account();
+    let ec2 = NodeEc2::new(&account);
+    let eni = primary(&account, &instance);
+    let subnet = account.with_model(|m| m.subnets()[0].id.clone());
+    let r = account.set_fragment(&subnet, Fragment::All).unwrap();
+    assert_eq!((r.strays, r.free_prefixes), (14, 0));
+    assert_eq!(account.fragment_reports(), [r]);
+    let e = ec2.assign_ipv4_prefixes(&eni, 1).await.unwrap_err();
+    assert_eq!(e.code.as_deref(), Some("InsufficientCidrBlocks"), "{e}");
+    assert_eq!(ec2.assign_private_ips(&eni, 2).await.unwrap().len(), 2);
+    let healed = account.set_fragment(&subnet, Fragment::None).unwrap();
+    assert_eq!((healed.strays, healed.free_prefixes), (0, 14));
+    assert_eq!(ec2.assign_ipv4_prefixes(&eni, 1).await.unwrap().len(), 1);
+    assert_eq!(
+        account.set_fragment("subnet-0000000000000000f", Fragment::All),
+        Err(ModelError::SubnetNotFound(vec![
+            "subnet-0000000000000000f".into()
+        ]))
+    );
+    assert_eq!(account.tally().total(), 3, "fragmenting is no EC2 call");
+}
