@@ -403,6 +403,14 @@ impl VpcBox {
         self.sim_json("PUT", "/_sim/faults", &plan.to_string())
     }
 
+    /// Scatters addresses owned by no node through `subnet`'s /28 blocks (`"all"`, `"none"`
+    /// or a percentage: `PUT /_sim/fragment`), so prefixes find no free block there. Returns
+    /// vpc-sim's report.
+    pub fn set_fragment(&self, subnet: &str, fragment: Value) -> Value {
+        let body = serde_json::json!({ "subnet": subnet, "fragment": fragment });
+        self.sim_json("PUT", "/_sim/fragment", &body.to_string())
+    }
+
     /// vpc-sim's fault report: the plan and the faults injected so far (`GET /_sim/faults`).
     pub fn faults(&self) -> Value {
         self.sim_json("GET", "/_sim/faults", "")

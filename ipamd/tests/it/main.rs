@@ -9,6 +9,7 @@ mod docs;
 mod enis;
 mod ipv6;
 mod lost_answers;
+mod prefix_fallback;
 mod recovery;
 mod scheduler;
 mod shrink;

@@ -6,6 +6,7 @@ mod chaos;
 mod daemonset;
 mod doctor;
 mod faults;
+mod fragment;
 mod imds_lag;
 mod inputs;
 mod ipv6;
