@@ -141,6 +141,9 @@ pub struct Pool {
     excluded: BTreeSet<String>,
     /// Where EC2 refuses prefixes for now: a runtime fact, never persisted.
     prefix_fallbacks: PrefixFallbacks,
+    /// The node grows by prefixes: /32s outside a fallback are on their way back to EC2, so
+    /// they are handed out last. Configuration, set at every start, never persisted.
+    prefix_delegation: bool,
     /// IPv6 addresses (IPv6 mode and dual-stack): a part of its own, persisted with the rest.
     v6: Pool6,
 }
@@ -155,6 +158,7 @@ impl Pool {
             by_key: HashMap::new(),
             excluded: BTreeSet::new(),
             prefix_fallbacks: PrefixFallbacks::default(),
+            prefix_delegation: false,
             v6: Pool6::new(cooldown),
         }
     }
@@ -179,6 +183,13 @@ impl Pool {
     /// Whether the ENI `id` gives no address to new pods.
     pub fn is_excluded(&self, id: &str) -> bool {
         self.excluded.contains(id)
+    }
+
+    /// Whether the node grows by prefixes (ENABLE_PREFIX_DELEGATION): then a secondary /32 on
+    /// an ENI whose subnet delegates prefixes is handed out only when nothing else is free,
+    /// since the planner gives it back (see [`crate::plan()`]).
+    pub fn set_prefix_delegation(&mut self, on: bool) {
+        self.prefix_delegation = on;
     }
 
     /// Where EC2 refused /28 prefixes and when to ask again (see [`crate::PrefixFallbacks`]).
@@ -556,6 +567,8 @@ impl Pool {
     ///    pods keeps other prefixes wholly free, so they can be given back;
     /// 2. a secondary /32;
     /// 3. from a prefix with no assignment;
+    /// 4. with prefix delegation, a secondary /32 on an ENI whose subnet delegates prefixes
+    ///    (no fallback there): the planner is giving it back;
     ///
     /// and within each, the one released longest ago (never-used first, then lowest), so an
     /// address is reused as late as possible.
@@ -577,9 +590,17 @@ impl Pool {
                 entry.1 += u32::from(slot.is_available(now));
             }
         }
-        let rank = |slot: &AddrSlot| match slot.prefix.and_then(|p| usage.get(&p)) {
+        let retiring = |e: &Eni| {
+            self.prefix_delegation
+                && !self
+                    .prefix_fallbacks
+                    .subnets
+                    .contains_key(&e.info.subnet_id)
+        };
+        let rank = |e: &Eni, slot: &AddrSlot| match slot.prefix.and_then(|p| usage.get(&p)) {
             Some(&(assigned, available)) if assigned > 0 => (0, available),
             Some(_) => (2, 0),
+            None if retiring(e) => (3, 0),
             None => (1, 0),
         };
         let choice = self
@@ -588,7 +609,7 @@ impl Pool {
             .filter(|e| !self.excluded.contains(&e.info.id))
             .flat_map(|e| e.addrs.iter().map(move |(ip, s)| (e, *ip, s)))
             .filter(|(_, _, s)| s.is_available(now))
-            .min_by_key(|(_, ip, s)| (rank(s), s.released_at, *ip))
+            .min_by_key(|(e, ip, s)| (rank(e, s), s.released_at, *ip))
             .map(|(e, ip, _)| (e.info.id.clone(), ip));
         let Some((eni_id, ip)) = choice else {
             return Err(self.why_not(now));

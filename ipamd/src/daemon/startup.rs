@@ -261,6 +261,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
             // Pods get addresses of the ENIConfig's subnet only.
             pool.exclude_from_pods([identity.primary_eni.eni_id.clone()].into());
         }
+        pool.set_prefix_delegation(targets.prefix_delegation);
         pool.v6_mut()
             .set_egress_range(config.v4_egress.then_some(pool::EGRESS_V4_RANGE));
         for issue in &issues {

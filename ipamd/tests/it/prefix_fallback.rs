@@ -18,9 +18,11 @@ const PD: [(&str, &str); 3] = [
 /// The node's /32s and /28s in EC2, over its ENIs.
 fn holdings(node: &Node) -> (usize, usize) {
     let enis = node.ec2.enis();
-    let mine = enis
-        .iter()
-        .filter(|e| e.attachment.as_ref().is_some_and(|a| a.instance_id == node.ec2.instance));
+    let mine = enis.iter().filter(|e| {
+        e.attachment
+            .as_ref()
+            .is_some_and(|a| a.instance_id.as_deref() == Some(node.ec2.instance.as_str()))
+    });
     mine.fold((0, 0), |(ips, prefixes), e| {
         (ips + e.secondary_ips.len(), prefixes + e.prefixes.len())
     })
@@ -30,7 +32,11 @@ fn holdings(node: &Node) -> (usize, usize) {
 async fn pods_get_slash_32s_on_a_fragmented_subnet_and_prefixes_return_when_blocks_do() {
     let node = Node::at(1_000_000);
     let subnet = node.ec2.eni(&node.ec2.primary).unwrap().subnet_id;
-    let report = node.ec2.account().set_fragment(&subnet, Fragment::All).unwrap();
+    let report = node
+        .ec2
+        .account()
+        .set_fragment(&subnet, Fragment::All)
+        .unwrap();
     assert_eq!(report.free_prefixes, 0);
     let d = node.start(&PD).await;
 
@@ -41,7 +47,10 @@ async fn pods_get_slash_32s_on_a_fragmented_subnet_and_prefixes_return_when_bloc
     let first = ipv4_of(&d, 1).await;
     let pool = d.pool_snapshot();
     let refusal = &pool.prefix_fallbacks().subnets[&subnet];
-    assert!(refusal.reason.contains("InsufficientCidrBlocks"), "{refusal:?}");
+    assert!(
+        refusal.reason.contains("InsufficientCidrBlocks"),
+        "{refusal:?}"
+    );
     // t3.medium: 3 ENIs of 5 slots, a /32 in each while prefixes are refused.
     assert_eq!(d.capacity(), Some(15));
 
@@ -61,7 +70,10 @@ async fn pods_get_slash_32s_on_a_fragmented_subnet_and_prefixes_return_when_bloc
     assert_eq!(assigns(), before, "no call before the backoff ends");
 
     // The strays go; once the backoff ends, a probe gets a prefix, and new pods use it.
-    node.ec2.account().set_fragment(&subnet, Fragment::None).unwrap();
+    node.ec2
+        .account()
+        .set_fragment(&subnet, Fragment::None)
+        .unwrap();
     node.clock.advance(PREFIX_RETRY_MAX);
     d.grow().await;
     d.grow().await;
@@ -80,7 +92,8 @@ async fn pods_get_slash_32s_on_a_fragmented_subnet_and_prefixes_return_when_bloc
 
     // Pod 1 leaves: its /32 goes back with the others, and only prefixes stay.
     d.handle(del(1)).await.unwrap();
-    node.clock.advance(RELEASE_INTERVAL + Duration::from_secs(2));
+    node.clock
+        .advance(RELEASE_INTERVAL + Duration::from_secs(2));
     d.grow().await;
     let (ips, prefixes) = holdings(&node);
     assert_eq!(ips, 0, "every /32 given back");

@@ -32,8 +32,16 @@ fn holdings(vbox: &VpcBox) -> (Vec<Ipv4Addr>, Vec<Ipv4Network>) {
                 })
                 .unwrap_or_default()
         };
-        ips.extend(texts("secondary_ips").iter().map(|s| s.parse::<Ipv4Addr>().expect("an IPv4")));
-        prefixes.extend(texts("prefixes").iter().map(|s| s.parse::<Ipv4Network>().expect("a /28")));
+        ips.extend(
+            texts("secondary_ips")
+                .iter()
+                .map(|s| s.parse::<Ipv4Addr>().expect("an IPv4")),
+        );
+        prefixes.extend(
+            texts("prefixes")
+                .iter()
+                .map(|s| s.parse::<Ipv4Network>().expect("a /28")),
+        );
     }
     (ips, prefixes)
 }
@@ -91,7 +99,10 @@ fn a_fragmented_subnet_serves_pods_by_slash_32s_until_prefixes_come_back() {
         .unwrap_or_else(|| panic!("the subnet's refusal in /v1/pool: {fallback}"));
     let reason = refused["Refused"]["Reason"].as_str().unwrap_or_default();
     assert!(reason.contains("InsufficientCidrBlocks"), "{refused}");
-    assert!(fallback["IPsHeldAsSlash32"].as_u64().unwrap_or(0) >= 6, "{fallback}");
+    assert!(
+        fallback["IPsHeldAsSlash32"].as_u64().unwrap_or(0) >= 6,
+        "{fallback}"
+    );
     assert!(metric(&vbox, "vpccni_prefix_fallback_ip_addresses") >= 6.0);
     assert!(metric(&vbox, "vpccni_prefix_refusals_total") >= 1.0);
 

@@ -419,39 +419,45 @@ fn ipamd_works_with_the_scheduler() {
     // Prefix delegation on a fragmented subnet: every /28 of the node's subnet holds an
     // address someone else owns, so EC2 refuses every prefix; a Deployment of 30 runs all
     // the same, on /32s, without a failed sandbox.
-    steps.step("30 pods on a fragmented subnet with prefix delegation", || {
-        let subnet = b.node().subnet_id.clone();
-        let report = b.vbox.set_fragment(&subnet, json!("all"));
-        eprintln!("fragmented: {report}");
-        b.restart_ipamd_with(&[
-            "ENABLE_PREFIX_DELEGATION=true",
-            "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=false",
-            "PUBLISH_NODE_MAX_PODS=false",
-        ]);
-        b.vbox.apply(&deployment("fragmented", 30, Some(&b.name)));
-        let pods = b.vbox.wait_running("app=fragmented", 30, PODS_UP);
-        for pod in &pods {
-            let pod = pod["metadata"]["name"].as_str().expect("a pod name");
-            let failed = b.warnings(pod, "FailedCreatePodSandBox");
-            assert!(failed.is_empty(), "{pod}'s ADD failed: {failed:?}");
-        }
-        let pool = b.node().pool();
-        let fallback = &pool["PrefixFallback"];
-        let slash32s = fallback["IPsHeldAsSlash32"].as_u64().unwrap_or(0);
-        let prefixes = pool["Totals"]["Prefixes"].as_u64().unwrap_or(0);
-        eprintln!("fragmented subnet: 30 pods on {prefixes} /28s and {slash32s} /32s");
-        assert!(slash32s > 0, "no /32 taken: {fallback}");
-        assert!(slash32s + 16 * prefixes >= 30, "{pool}");
-        assert!(
-            fallback.to_string().contains("InsufficientCidrBlocks"),
-            "the refusal shown in /v1/pool: {fallback}"
-        );
-        let refused = b.warnings(&b.name, "PrefixDelegationFallback");
-        assert!(!refused.is_empty(), "no PrefixDelegationFallback Event on the node");
-        b.kubectl(&["delete", "deployment", "fragmented"]);
-        b.vbox.wait_no_pods("app=fragmented", PODS_UP);
-        b.vbox.set_fragment(&subnet, json!("none"));
-    });
+    steps.step(
+        "30 pods on a fragmented subnet with prefix delegation",
+        || {
+            let subnet = b.node().subnet_id.clone();
+            let report = b.vbox.set_fragment(&subnet, json!("all"));
+            eprintln!("fragmented: {report}");
+            b.restart_ipamd_with(&[
+                "ENABLE_PREFIX_DELEGATION=true",
+                "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=false",
+                "PUBLISH_NODE_MAX_PODS=false",
+            ]);
+            b.vbox.apply(&deployment("fragmented", 30, Some(&b.name)));
+            let pods = b.vbox.wait_running("app=fragmented", 30, PODS_UP);
+            for pod in &pods {
+                let pod = pod["metadata"]["name"].as_str().expect("a pod name");
+                let failed = b.warnings(pod, "FailedCreatePodSandBox");
+                assert!(failed.is_empty(), "{pod}'s ADD failed: {failed:?}");
+            }
+            let pool = b.node().pool();
+            let fallback = &pool["PrefixFallback"];
+            let slash32s = fallback["IPsHeldAsSlash32"].as_u64().unwrap_or(0);
+            let prefixes = pool["Totals"]["Prefixes"].as_u64().unwrap_or(0);
+            eprintln!("fragmented subnet: 30 pods on {prefixes} /28s and {slash32s} /32s");
+            assert!(slash32s > 0, "no /32 taken: {fallback}");
+            assert!(slash32s + 16 * prefixes >= 30, "{pool}");
+            assert!(
+                fallback.to_string().contains("InsufficientCidrBlocks"),
+                "the refusal shown in /v1/pool: {fallback}"
+            );
+            let refused = b.warnings(&b.name, "PrefixDelegationFallback");
+            assert!(
+                !refused.is_empty(),
+                "no PrefixDelegationFallback Event on the node"
+            );
+            b.kubectl(&["delete", "deployment", "fragmented"]);
+            b.vbox.wait_no_pods("app=fragmented", PODS_UP);
+            b.vbox.set_fragment(&subnet, json!("none"));
+        },
+    );
 
     steps.finish();
 }

@@ -123,6 +123,28 @@ fn prefixes_come_back_and_the_slash_32s_go_as_their_pods_leave() {
 }
 
 #[test]
+fn with_prefix_delegation_a_slash_32_outside_a_fallback_is_handed_out_last() {
+    let mut p = Pool::new(COOLDOWN);
+    p.upsert_eni(eni("eni-0", 0, "10.0.0.10"));
+    p.add_addresses("eni-0", &[ip("10.0.0.11")]).unwrap();
+    p.add_prefixes("eni-0", &["10.0.0.32/28".parse().unwrap()])
+        .unwrap();
+    let first = |p: &mut Pool, n: u32| p.assign(&key(n), &PodInfo::default(), START).unwrap().0.ip;
+    // Without delegation the /32 goes first, keeping the prefix whole.
+    assert_eq!(first(&mut p.clone(), 1), ip("10.0.0.11"));
+    // With it, the /32 is on its way back: the prefix serves first.
+    p.set_prefix_delegation(true);
+    assert_eq!(first(&mut p.clone(), 1), ip("10.0.0.32"));
+    // Where EC2 refuses prefixes, the /32 is the fallback's own and serves as usual.
+    p.prefix_fallbacks_mut().refused(
+        PrefixScope::Subnet("subnet-1"),
+        "InsufficientCidrBlocks",
+        START,
+    );
+    assert_eq!(first(&mut p, 1), ip("10.0.0.11"));
+}
+
+#[test]
 fn refused_prefixes_are_asked_for_again_only_when_the_backoff_ends() {
     let mut sim = m5_large();
     sim.fragmented = true;

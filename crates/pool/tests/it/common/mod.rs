@@ -82,6 +82,7 @@ impl Sim {
     /// A node with only its primary ENI, holding nothing yet.
     pub fn new(limits: NodeLimits, targets: Targets) -> Sim {
         let mut pool = Pool::new(COOLDOWN);
+        pool.set_prefix_delegation(targets.prefix_delegation);
         let mut primary = eni("eni-0", 0, "10.0.0.1");
         primary.created_at = START;
         pool.upsert_eni(primary);
