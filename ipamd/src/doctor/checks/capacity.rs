@@ -243,9 +243,51 @@ fn ec2_errors(facts: &Facts) -> Option<Finding> {
     })
 }
 
+/// With prefix delegation: subnets where EC2 found no free /28 block, so pods get /32s.
+fn prefix_fallback(facts: &Facts) -> Option<Finding> {
+    let fallback = facts.ipamd.pool.as_ref().ok()?.prefix_fallback.as_ref()?;
+    let refused: BTreeSet<String> = fallback
+        .enis
+        .iter()
+        .filter_map(|e| {
+            let r = e.refused.as_ref()?;
+            Some(format!(
+                "{} ({} refusals since {})",
+                e.subnet, r.refusals, r.since
+            ))
+        })
+        .collect();
+    if refused.is_empty() && fallback.new_enis.is_none() {
+        let evidence = format!(
+            "EC2 delegates /28 prefixes; {} address(es) still held as /32s go back as their pods leave",
+            fallback.ips
+        );
+        return Some(Finding::new("prefix-fallback", G, Severity::Ok, evidence));
+    }
+    let mut places: Vec<String> = refused.into_iter().collect();
+    if fallback.new_enis.is_some() {
+        places.push("every subnet a new ENI may go to".into());
+    }
+    Some(
+        Finding::new(
+            "prefix-fallback",
+            G,
+            Severity::Warning,
+            format!(
+                "EC2 has no free aligned /28 in {}: {} address(es) held as /32s, one pod per ENI \
+                 slot instead of 16; prefixes are asked for again with backoff",
+                places.join(", "),
+                fallback.ips
+            ),
+        )
+        .fix("give the subnet aligned free space: a subnet CIDR reservation of type prefix (aws ec2 create-subnet-cidr-reservation --reservation-type prefix), a subnet tagged kubernetes.io/role/cni=1 (ENABLE_SUBNET_DISCOVERY), or a new subnet through custom networking"),
+    )
+}
+
 pub(super) fn check(facts: &Facts) -> Vec<Finding> {
     let mut out = subnets(facts);
     out.extend(enis(facts));
+    out.extend(prefix_fallback(facts));
     out.extend(max_pods(facts));
     out.extend(growth(facts));
     out.extend(ec2_errors(facts));
@@ -265,6 +307,42 @@ mod tests {
             "{found:#?}"
         );
         assert!(found.iter().any(|f| f.check == "subnet-capacity"));
+    }
+
+    #[test]
+    fn a_prefix_fallback_is_a_warning_naming_the_subnet() {
+        use introspect::json::{EniFallback, PrefixFallbackStatus, Refusal};
+        let mut f = healthy();
+        let refusal = Refusal {
+            since: "2026-11-28T07:40:02Z".into(),
+            reason: "InsufficientCidrBlocks".into(),
+            refusals: 2,
+            retry_at: "2026-11-28T07:41:17Z".into(),
+            active: true,
+        };
+        let status = PrefixFallbackStatus {
+            ips: 9,
+            enis: vec![EniFallback {
+                eni: "eni-1".into(),
+                subnet: "subnet-frag".into(),
+                ips: 9,
+                refused: Some(refusal),
+            }],
+            new_enis: None,
+        };
+        f.ipamd.pool.as_mut().unwrap().prefix_fallback = Some(status.clone());
+        let found = check(&f);
+        let x = found.iter().find(|x| x.check == "prefix-fallback").unwrap();
+        assert_eq!(x.severity, Severity::Warning);
+        assert!(x.evidence.contains("subnet-frag") && x.evidence.contains("9 address"));
+        assert!(x.fix.is_some());
+        // Prefixes back: fine, with the /32s still held counted.
+        let mut back = status;
+        back.enis[0].refused = None;
+        f.ipamd.pool.as_mut().unwrap().prefix_fallback = Some(back);
+        let found = check(&f);
+        let x = found.iter().find(|x| x.check == "prefix-fallback").unwrap();
+        assert_eq!(x.severity, Severity::Ok, "{x:?}");
     }
 
     #[test]
