@@ -249,8 +249,9 @@ pub struct Plan {
 ///   WARM_ENI_TARGET=0); the candidate is the highest device number rather than map order.
 /// - Without prefix delegation, /28 members count as the pool's addresses as /32s do (the Go
 ///   CNI counts only the kind of the current mode). With it, assigned /32s count, and free ones
-///   count only on ENIs whose subnet refuses prefixes for now; elsewhere they go back whatever
-///   the targets say (the Go CNI ignores them and keeps them).
+///   count only on ENIs whose subnet has refused prefixes and not delegated one since;
+///   elsewhere they go back whatever the targets say (the Go CNI ignores them and keeps
+///   them).
 /// - Prefix delegation on a fragmented subnet ([`crate::PrefixFallbacks`]): where EC2 refuses
 ///   prefixes, growth is by /32s, sized in addresses, after every ENI that still gets prefixes
 ///   and a new ENI with prefixes (the Go CNI fails every ADD instead).
