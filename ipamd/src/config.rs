@@ -150,7 +150,7 @@ pub struct Config {
     /// `PUBLISH_NODE_MAX_PODS` (default false): also write the node's real capacity into the
     /// max pods it reports (`status.capacity.pods`), not only into its annotation.
     pub publish_node_max_pods: bool,
-    /// `SUBNET_SCARCITY_MODE` (default false): below 10% of a subnet free, the node keeps one
+    /// `SUBNET_SCARCITY_MODE` (default true): below 10% of a subnet free, the node keeps one
     /// warm address and gives back what it holds idle, until 15% is free again.
     pub subnet_scarcity_mode: bool,
     /// `MY_POD_NAMESPACE` and `MY_POD_NAME` (downward API): the pod ipamd runs in, which
@@ -558,7 +558,7 @@ impl Config {
             manage_enis_non_schedulable: env.boolean("AWS_MANAGE_ENIS_NON_SCHEDULABLE", false)?,
             startup_taint_min_ips: env.uint("STARTUP_TAINT_MIN_IPS", 1)?,
             publish_node_max_pods: env.boolean("PUBLISH_NODE_MAX_PODS", false)?,
-            subnet_scarcity_mode: env.boolean("SUBNET_SCARCITY_MODE", false)?,
+            subnet_scarcity_mode: env.boolean("SUBNET_SCARCITY_MODE", true)?,
             own_pod: env
                 .raw("MY_POD_NAMESPACE")
                 .zip(env.raw("MY_POD_NAME"))

@@ -11,7 +11,7 @@ use cloud::{CloudError, CloudErrorKind, CreateEni, Ec2, Imds};
 use pool::{Action, Blocked, Targets, Timestamp};
 use thiserror::Error;
 use tokio::sync::Notify;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::placement::{NoPlacement, eni_config};
 use super::{Daemon, lock};
@@ -244,6 +244,20 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
         let mut growth = self.growth.status();
         growth.last_error = None;
         growth.paused_until = None;
+    }
+
+    /// The node just gave addresses back to EC2: a pause for a full subnet ends, since the
+    /// subnet now has at least those free, and the node's own pending pods are served at once
+    /// rather than after the 120 s (scarcity mode gives idle addresses back exactly so that
+    /// they can be taken where pods wait).
+    pub(super) fn gave_back(&self) {
+        let mut growth = self.growth.status();
+        let full = growth.last_error.as_deref().is_some_and(
+            |f| matches!(f, GrowthFailure::Ec2 { source, .. } if source.is_subnet_exhausted()),
+        );
+        if full && growth.paused_until.take().is_some() {
+            info!("addresses given back to the subnet: growth resumes");
+        }
     }
 
     /// Records a failed growth step (and the pause it calls for) and logs it.

@@ -57,7 +57,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
             if !gone_ips.is_empty() {
                 match self.ec2.unassign_private_ips(&eni_id, &gone_ips).await {
                     Ok(()) => {
-                        info!(eni = %eni_id, count = gone_ips.len(), "released addresses above target")
+                        info!(eni = %eni_id, count = gone_ips.len(), "released addresses above target");
+                        self.gave_back();
                     }
                     Err(e) => {
                         self.metrics.ipamd_error("decreaseIPPool");
@@ -72,7 +73,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
                     .await
                 {
                     Ok(()) => {
-                        info!(eni = %eni_id, count = gone_prefixes.len(), "released prefixes above target")
+                        info!(eni = %eni_id, count = gone_prefixes.len(), "released prefixes above target");
+                        self.gave_back();
                     }
                     Err(e) => {
                         self.metrics.ipamd_error("decreaseIPPool");
@@ -200,7 +202,8 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
             other => other,
         };
         match deleted {
-            Ok(()) => {}
+            // Its addresses are the subnet's again.
+            Ok(()) => self.gave_back(),
             Err(e) if e.kind == CloudErrorKind::NotFound => {}
             Err(e) => {
                 warn!(eni = eni_id, error = %e, "could not delete the detached ENI; leaked-ENI cleanup will")

@@ -241,6 +241,49 @@ async fn subnet_exhaustion_is_named_and_pauses_growth() {
 }
 
 #[tokio::test]
+async fn giving_addresses_back_ends_a_full_subnets_pause() {
+    let node = Node::at(1_000_000);
+    // t3.medium: the primary holds 5; WARM_IP_TARGET=5 with 5 pods wants a second ENI, which
+    // the full subnet refuses.
+    let full = CloudError::from_code(
+        cloud::Action::CreateNetworkInterface.wire_name(),
+        "InsufficientFreeAddressesInSubnet",
+        "The specified subnet does not have enough free addresses",
+    );
+    node.ec2
+        .fail_next(cloud::Action::CreateNetworkInterface, vec![full]);
+    let d = node
+        .start(&[("WARM_IP_TARGET", "5"), ("IP_COOLDOWN_PERIOD", "1")])
+        .await;
+    for n in 1..=5 {
+        allocate(&d, n).await;
+    }
+    d.grow().await;
+    assert!(
+        d.view().growth_paused_until.is_some(),
+        "a full subnet pauses growth"
+    );
+    assert!(
+        d.view().scarce,
+        "and puts the node in scarcity mode (on by default)"
+    );
+    // Three pods go; scarcity mode keeps one address warm and gives two back.
+    for n in 1..=3 {
+        d.handle(del(n)).await.unwrap();
+    }
+    node.clock.advance(Duration::from_secs(2));
+    d.grow().await;
+    assert_eq!(
+        node.ec2.eni(&node.ec2.primary).unwrap().secondary_ips.len(),
+        3
+    );
+    assert!(
+        d.view().growth_paused_until.is_none(),
+        "the subnet has the addresses just given back: growth resumes"
+    );
+}
+
+#[tokio::test]
 async fn an_instance_type_missing_from_the_table_is_asked_of_ec2() {
     let dir = tempfile::tempdir().unwrap();
     let ec2 = Cloud::launch(
