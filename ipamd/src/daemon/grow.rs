@@ -107,11 +107,12 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
         }
     }
 
-    /// Assigns more to an ENI. Where EC2 has no free /28 for a prefix, records the refusal
-    /// and reports progress: the next plan of the round takes /32s instead.
-    async fn assign_more(&self, eni_id: &str, more: More) -> bool {
-        let subnet = self.ledger.pool().eni(eni_id).map(|e| e.subnet_id.clone());
-        let got = match more {
+    async fn request_more(
+        &self,
+        eni_id: &str,
+        more: More,
+    ) -> Result<(Vec<std::net::Ipv4Addr>, Vec<ipnetwork::Ipv4Network>), CloudError> {
+        match more {
             More::Ips(n) => self
                 .ec2
                 .assign_private_ips(eni_id, n)
@@ -122,6 +123,25 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
                 .assign_ipv4_prefixes(eni_id, n)
                 .await
                 .map(|prefixes| (Vec::new(), prefixes)),
+        }
+    }
+
+    /// Assigns more to an ENI. A subnet too full for all of it may still hold one: that one
+    /// is asked for at once, as the Go CNI does, rather than pausing growth with addresses
+    /// left. Where EC2 has no free /28 for a prefix, records the refusal and reports
+    /// progress: the next plan of the round takes /32s instead.
+    async fn assign_more(&self, eni_id: &str, more: More) -> bool {
+        let subnet = self.ledger.pool().eni(eni_id).map(|e| e.subnet_id.clone());
+        let (more, got) = match (more, self.request_more(eni_id, more).await) {
+            (More::Ips(n), Err(e)) if n > 1 && e.kind == CloudErrorKind::SubnetFull => {
+                info!(
+                    eni = eni_id,
+                    asked = n,
+                    "the subnet cannot give {n} addresses; asking for one"
+                );
+                (More::Ips(1), self.request_more(eni_id, More::Ips(1)).await)
+            }
+            (more, got) => (more, got),
         };
         match got {
             Ok((ips, prefixes)) => {
@@ -250,10 +270,18 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
             self.prefixes_refused(PrefixScope::NewEnis, &why);
             return true;
         }
-        let eni = match self
+        let created = match self
             .create_network_interface(&placement, ips, prefixes)
             .await
         {
+            // Room for the ENI and one address may remain where there is none for all.
+            Err(e) if ips > 1 && e.kind == CloudErrorKind::SubnetFull => {
+                info!(subnet = %placement.subnet_id, asked = ips, "the subnet cannot take an ENI with {ips} addresses; asking for one");
+                self.create_network_interface(&placement, 1, 0).await
+            }
+            other => other,
+        };
+        let eni = match created {
             Ok(eni) => eni,
             Err(e) if prefixes > 0 && e.kind == CloudErrorKind::NoCidrBlock => {
                 // The next plan asks again: placement then prefers another subnet, or, with

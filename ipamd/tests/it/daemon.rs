@@ -207,16 +207,18 @@ async fn reconcile_takes_ec2_as_the_truth() {
 async fn subnet_exhaustion_is_named_and_pauses_growth() {
     let dir = tempfile::tempdir().unwrap();
     let ec2 = ec2("t3.medium");
+    let full = CloudError::from_code(
+        cloud::Action::AssignPrivateIpAddresses.wire_name(),
+        "InsufficientFreeAddressesInSubnet",
+        format!(
+            "The specified subnet {} does not have enough free addresses",
+            ec2.subnet
+        ),
+    );
+    // Refused for the warm pool's 5, then for one.
     ec2.fail_next(
         cloud::Action::AssignPrivateIpAddresses,
-        vec![CloudError::from_code(
-            cloud::Action::AssignPrivateIpAddresses.wire_name(),
-            "InsufficientFreeAddressesInSubnet",
-            format!(
-                "The specified subnet {} does not have enough free addresses",
-                ec2.subnet
-            ),
-        )],
+        vec![full.clone(), full],
     );
     let d = start(dir.path(), &ec2, &ManualClock::at(1_000)).await;
     let err = d.handle(add(1)).await.unwrap_err();
@@ -230,28 +232,54 @@ async fn subnet_exhaustion_is_named_and_pauses_growth() {
         }
         other => panic!("{other:?}"),
     }
-    // Growth stays paused: no second call while the pause lasts.
+    // Growth stays paused: no further call while the pause lasts.
     d.grow().await;
+    let assigns: Vec<String> = ec2
+        .calls()
+        .into_iter()
+        .filter(|c| c.starts_with(cloud::Action::AssignPrivateIpAddresses.wire_name()))
+        .collect();
+    assert_eq!(assigns.len(), 2, "the full ask, then one: {assigns:?}");
+}
+
+#[tokio::test]
+async fn a_subnet_too_full_for_the_whole_ask_still_gives_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let ec2 = ec2("t3.medium");
+    let full = CloudError::from_code(
+        cloud::Action::AssignPrivateIpAddresses.wire_name(),
+        "InsufficientFreeAddressesInSubnet",
+        "The specified subnet does not have enough free addresses",
+    );
+    ec2.fail_next(cloud::Action::AssignPrivateIpAddresses, vec![full]);
+    let d = start(dir.path(), &ec2, &ManualClock::at(1_000)).await;
+    allocate(&d, 1).await;
+    assert!(
+        d.view().growth_paused_until.is_none(),
+        "one address came: no pause"
+    );
     let assigns = ec2
         .calls()
         .iter()
         .filter(|c| c.starts_with(cloud::Action::AssignPrivateIpAddresses.wire_name()))
         .count();
-    assert_eq!(assigns, 1);
+    assert!(assigns >= 2, "the refused ask, then one");
 }
 
 #[tokio::test]
 async fn giving_addresses_back_ends_a_full_subnets_pause() {
     let node = Node::at(1_000_000);
     // t3.medium: the primary holds 5; WARM_IP_TARGET=5 with 5 pods wants a second ENI, which
-    // the full subnet refuses.
+    // the full subnet refuses, with 5 addresses and with one.
     let full = CloudError::from_code(
         cloud::Action::CreateNetworkInterface.wire_name(),
         "InsufficientFreeAddressesInSubnet",
         "The specified subnet does not have enough free addresses",
     );
-    node.ec2
-        .fail_next(cloud::Action::CreateNetworkInterface, vec![full]);
+    node.ec2.fail_next(
+        cloud::Action::CreateNetworkInterface,
+        vec![full.clone(), full],
+    );
     let d = node
         .start(&[("WARM_IP_TARGET", "5"), ("IP_COOLDOWN_PERIOD", "1")])
         .await;

@@ -182,20 +182,31 @@ fn a_cold_add_waits_for_the_attach_instead_of_failing() {
 #[ignore = "needs root: run by scripts/test.sh as root"]
 fn an_exhausted_subnet_is_named_in_the_error() {
     require_root();
-    // A /28: 11 usable addresses; the node's own and its 5 secondaries leave 5, one short of
-    // a second ENI with 5 secondaries.
-    let vbox = VpcBox::up(&["--instance-type", "t3.medium", "--subnet", "10.0.0.0/28"]);
-    let subnet = vbox.subnet().id.clone();
-    let pods: Vec<Pod> = (0..6).map(|_| vbox.pod(1)).collect();
-    for p in &pods[..5] {
-        p.add();
+    // A /28: 11 usable addresses. When a subnet cannot give all a growth step asks for (a
+    // second ENI with 5 secondaries, say), ipamd asks for one, so every address but the two
+    // ENIs' own goes to a pod, with subnet-scarcity mode (the default) or without it; the
+    // 10th pod finds the subnet exhausted, and is told so.
+    for env in ["SUBNET_SCARCITY_MODE=true", "SUBNET_SCARCITY_MODE=false"] {
+        let vbox = VpcBox::up(&[
+            "--instance-type",
+            "t3.medium",
+            "--subnet",
+            "10.0.0.0/28",
+            "--ipamd-env",
+            env,
+        ]);
+        let subnet = vbox.subnet().id.clone();
+        let pods: Vec<Pod> = (0..10).map(|_| vbox.pod(1)).collect();
+        for p in &pods[..9] {
+            p.add();
+        }
+        let out = pods[9]
+            .cni("ADD")
+            .stdin(conf("1.1.0", &vbox.node(1).ipamd_socket, json!({})))
+            .run();
+        out.error(11, &subnet);
+        assert!(out.stdout.contains("exhausted"), "{env}: {}", out.stdout);
     }
-    let out = pods[5]
-        .cni("ADD")
-        .stdin(conf("1.1.0", &vbox.node(1).ipamd_socket, json!({})))
-        .run();
-    out.error(11, &subnet);
-    assert!(out.stdout.contains("exhausted"), "{}", out.stdout);
 }
 
 #[test]
