@@ -8,7 +8,14 @@
 //! - growth paused 120 s after a subnet-full error; nothing while nothing is short;
 //! - no client-side rate limit: each EC2 call goes through the AWS SDK's standard retryer
 //!   (3 attempts, exponential backoff with full jitter, up to 20 s);
-//! - an ADD with no free address fails at once (no waiting for growth).
+//! - an ADD with no free address fails at once (no waiting for growth);
+//! - with prefix delegation (`Targets::prefix_delegation`), growth by /28 prefixes only and
+//!   never by /32s (ipamd.go `tryAssignPrefixes` :1217-1265, `tryAllocateENI` :1050-1101):
+//!   each ENI with a free slot is asked for the prefixes needed, then for one; an
+//!   `InsufficientCidrBlocks` answer there moves on to the next ENI (subnet discovery, its
+//!   default, :1232); then a new ENI pre-loaded with prefixes, whose refusal pauses growth
+//!   for 120 s (:1076-1079). Giving prefixes back and freeing ENIs are not modelled with
+//!   prefix delegation: the one scenario that uses it (fragmented) has no pod leave.
 //!
 //! The address bookkeeping is the `pool` crate's datastore (assign, release into cooldown);
 //! the decisions are the Go CNI's, not our planner's.
@@ -37,6 +44,11 @@ const SUBNET_FULL_PAUSE: Duration = Duration::from_secs(120);
 /// The SDK's standard retryer.
 const SDK_ATTEMPTS: u32 = 3;
 const SDK_MAX_BACKOFF: Duration = Duration::from_secs(20);
+/// Addresses in a delegated /28.
+const PER_PREFIX: u32 = pool::ADDRS_PER_PREFIX;
+/// The kubelet's default max pods, the node's capacity with prefix delegation (EKS's
+/// max-pods calculator gives 110 for such instance types), as ipamd takes it too.
+const PD_MAX_PODS: u32 = 110;
 
 struct State {
     pool: Pool,
@@ -127,6 +139,10 @@ impl Node {
 
     /// `updateIPPoolIfRequired`.
     async fn update_pool(&self) {
+        if self.targets.prefix_delegation {
+            self.update_pool_prefixes().await;
+            return;
+        }
         let now = self.account.elapsed();
         let (total, assigned, available) = self.counts();
         let t = &self.targets;
@@ -165,6 +181,92 @@ impl Node {
         }
     }
 
+    /// Delegated prefixes none of whose addresses is assigned (cooling ones count as free,
+    /// as in `GetFreePrefixes`, data_store.go:1448).
+    fn free_prefixes(&self) -> u32 {
+        let st = self.state();
+        st.pool
+            .enis()
+            .flat_map(|e| st.pool.prefixes(&e.id).map(|p| (e.id.clone(), p)))
+            .filter(|(eni, p)| {
+                !st.pool
+                    .addresses(eni)
+                    .any(|(_, s)| s.prefix == Some(*p) && s.is_assigned())
+            })
+            .count() as u32
+    }
+
+    /// `updateIPPoolIfRequired` with prefix delegation, as far as growth goes
+    /// (`isDatastorePoolTooLow` :2623-2657, `getPrefixesNeeded` :2714-2731).
+    async fn update_pool_prefixes(&self) {
+        let now = self.account.elapsed();
+        let (total, _, available) = self.counts();
+        if total >= self.max_pods {
+            return;
+        }
+        let t = &self.targets;
+        let (low, needed) = if t.warm_ip > 0 || t.minimum_ip > 0 {
+            // WARM_IP_TARGET / MINIMUM_IP_TARGET take precedence, in /28s.
+            let short = t
+                .warm_ip
+                .saturating_sub(available)
+                .max(t.minimum_ip.saturating_sub(total))
+                .div_ceil(PER_PREFIX);
+            (short > 0, short.max(1))
+        } else {
+            let low =
+                available < PER_PREFIX * t.warm_prefix || (t.warm_prefix == 0 && available == 0);
+            (
+                low,
+                t.warm_prefix.saturating_sub(self.free_prefixes()).max(1),
+            )
+        };
+        let paused = self.state().paused_until.is_some_and(|u| now < u);
+        if low && !paused {
+            self.grow_prefixes(needed).await;
+        }
+    }
+
+    /// `tryAssignPrefixes`, then `tryAllocateENI` with prefixes when no ENI took one.
+    async fn grow_prefixes(&self, needed: u32) {
+        let open: Vec<(String, u32)> = {
+            let st = self.state();
+            st.pool
+                .enis()
+                .map(|e| (e.id.clone(), st.pool.prefixes(&e.id).count() as u32))
+                .filter(|(_, n)| *n < self.per_eni)
+                .collect()
+        };
+        for (eni, held) in open {
+            let want = needed.min(self.per_eni - held);
+            let mut got = self.sdk(|| self.ec2.assign_ipv4_prefixes(&eni, want)).await;
+            // Any failure but the ENI's limit is retried for a single prefix.
+            if matches!(&got, Err(e) if e.kind != CloudErrorKind::LimitExceeded) {
+                got = self.sdk(|| self.ec2.assign_ipv4_prefixes(&eni, 1)).await;
+            }
+            match got {
+                Ok(prefixes) => {
+                    let _ = self.state().pool.add_prefixes(&eni, &prefixes);
+                    return;
+                }
+                // No /28 (or no address) in the subnet: the next ENI, no pause.
+                Err(e) if e.is_subnet_exhausted() => continue,
+                // Any other error ends the round without a new ENI (the Go CNI re-reads the
+                // ENI on its limit; the model's per-ENI count never reaches it).
+                Err(e) => {
+                    self.failed(&e);
+                    return;
+                }
+            }
+        }
+        let enis = self.state().pool.enis().count() as u32;
+        if enis < self.max_enis
+            && let Err(e) = self.new_eni(0, needed.min(self.per_eni)).await
+        {
+            self.failed(&e);
+        }
+    }
+
     async fn grow(&self, short: u32) {
         let room = {
             let st = self.state();
@@ -191,7 +293,7 @@ impl Node {
             None => {
                 let enis = self.state().pool.enis().count() as u32;
                 if enis < self.max_enis
-                    && let Err(e) = self.new_eni(self.per_eni).await
+                    && let Err(e) = self.new_eni(self.per_eni, 0).await
                 {
                     self.failed(&e);
                 }
@@ -209,7 +311,8 @@ impl Node {
         }
     }
 
-    async fn new_eni(&self, ips: u32) -> Result<(), CloudError> {
+    /// `AllocENI` with `ips` secondary addresses or `prefixes` /28s.
+    async fn new_eni(&self, ips: u32, prefixes: u32) -> Result<(), CloudError> {
         let filter = [EniFilter::new("subnet-id", &self.subnet)];
         self.sdk(|| self.ec2.describe_subnets(&filter)).await?;
         let request = CreateEni {
@@ -217,6 +320,7 @@ impl Node {
             description: format!("aws-K8S-{}", self.instance),
             security_groups: self.groups.clone(),
             secondary_ips: ips,
+            ipv4_prefixes: prefixes,
             ..Default::default()
         };
         let eni = self
@@ -252,6 +356,7 @@ impl Node {
         let now = stamp(&self.account);
         st.pool.upsert_eni(eni_info(&eni, device, now));
         let _ = st.pool.add_addresses(&eni.id, &eni.secondary_ips);
+        let _ = st.pool.add_prefixes(&eni.id, &eni.prefixes);
         Ok(())
     }
 
@@ -361,7 +466,11 @@ impl GoCni {
             groups: primary.security_groups.clone(),
             per_eni: instance_limits.secondary_ips_per_eni(),
             max_enis: instance_limits.max_enis,
-            max_pods: instance_limits.max_pods(),
+            max_pods: if targets.prefix_delegation {
+                PD_MAX_PODS
+            } else {
+                instance_limits.max_pods()
+            },
             targets,
             state: Mutex::new(State {
                 pool,
