@@ -30,8 +30,14 @@ pub fn simulate(kind: Kind, nodes: Option<usize>, seed: u64) -> anyhow::Result<R
         Ok(Side::of(&run, scenario.nodes))
     };
     let scarce = kind == Kind::Scarcity;
+    let pd = scenario.prefix_delegation();
     let ours_env = |scarcity: bool| -> Vec<(String, String)> {
-        vec![("SUBNET_SCARCITY_MODE".to_string(), scarcity.to_string())]
+        let mut env = vec![("SUBNET_SCARCITY_MODE", scarcity.to_string())];
+        if pd {
+            env.push(("ENABLE_PREFIX_DELEGATION", "true".to_string()));
+            env.push(("WARM_PREFIX_TARGET", "1".to_string()));
+        }
+        env.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     };
     let ours = side(Algorithm::Ours(ours_env(true)))?;
     let without = if scarce {
@@ -39,7 +45,14 @@ pub fn simulate(kind: Kind, nodes: Option<usize>, seed: u64) -> anyhow::Result<R
     } else {
         None
     };
-    let go_cni = side(Algorithm::GoCni(pool::Targets::default()))?;
+    // The Go CNI's settings for prefix delegation as its manifest sets them: WARM_ENI_TARGET
+    // stays 1 but gives way to WARM_PREFIX_TARGET.
+    let go_targets = pool::Targets {
+        prefix_delegation: pd,
+        warm_prefix: u32::from(pd),
+        ..pool::Targets::default()
+    };
+    let go_cni = side(Algorithm::GoCni(go_targets))?;
     Ok(Report {
         scenario: kind,
         nodes: scenario.nodes,
@@ -47,6 +60,10 @@ pub fn simulate(kind: Kind, nodes: Option<usize>, seed: u64) -> anyhow::Result<R
         go_cni,
         ours_without_scarcity_mode: without,
         simulated_seconds: scenario.horizon.as_secs(),
+        healed_at_seconds: scenario
+            .fragmented_until
+            .filter(|t| *t < scenario.horizon)
+            .map(|t| t.as_secs()),
         wall_seconds: started.elapsed().as_secs_f64(),
     })
 }

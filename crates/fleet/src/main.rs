@@ -1,4 +1,4 @@
-//! `fleet --scenario launch|churn|scarcity|throttle [--nodes N] [--json] [--plot FILE]`: one
+//! `fleet --scenario launch|churn|scarcity|throttle|fragmented [--nodes N] [--json] [--plot FILE]`: one
 //! scenario, both algorithms, the figures printed (and plotted).
 
 use clap::Parser;

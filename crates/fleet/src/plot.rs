@@ -89,6 +89,17 @@ pub fn plot(report: &Report, path: &Path) -> anyhow::Result<()> {
         .map_err(draw_error)?
         .label("pods bound")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.4)));
+    if let Some(healed) = report.healed_at_seconds {
+        let at = healed as f64;
+        chart
+            .draw_series(LineSeries::new(
+                [(at, 0.0), (at, top.max(1.0))],
+                BLACK.mix(0.25).stroke_width(1),
+            ))
+            .map_err(draw_error)?
+            .label("the strays go: /28s free again")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.25)));
+    }
     for (name, side, color) in sides {
         chart
             .draw_series(LineSeries::new(

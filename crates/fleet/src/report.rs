@@ -37,6 +37,17 @@ pub struct Side {
     pub idle_addresses: u64,
     /// Nodes whose CNI did not start.
     pub nodes_down: usize,
+    /// Fragmented scenario: pods bound before the subnet's strays went.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pods_bound_while_fragmented: Option<u64>,
+    /// Fragmented scenario: pods that got their address before the strays went, while EC2
+    /// refused every prefix.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pods_placed_while_fragmented: Option<u64>,
+    /// Addresses the nodes' ENIs hold in delegated /28 prefixes at the end, as EC2 has them.
+    pub prefix_addresses_at_end: u64,
+    /// Secondary /32 addresses the nodes' ENIs hold at the end, as EC2 has them.
+    pub secondary_addresses_at_end: u64,
     /// EC2 requests by API.
     pub calls_by_api: std::collections::BTreeMap<String, u64>,
     /// When each pod was bound, in seconds (for the plot).
@@ -63,7 +74,18 @@ impl std::fmt::Display for Side {
             self.address_p50_ms,
             self.address_p99_ms,
             self.idle_addresses
-        )
+        )?;
+        if let (Some(bound), Some(placed)) = (
+            self.pods_bound_while_fragmented,
+            self.pods_placed_while_fragmented,
+        ) {
+            write!(
+                f,
+                ", {placed}/{bound} placed while fragmented, {} addresses in /28s and {} /32s at the end",
+                self.prefix_addresses_at_end, self.secondary_addresses_at_end
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -88,6 +110,9 @@ impl Side {
         let count = |f: &dyn Fn(&crate::node::PodRecord) -> bool| {
             run.pods.iter().filter(|p| f(p)).count() as u64
         };
+        let while_fragmented = |f: &dyn Fn(&crate::node::PodRecord, Duration) -> bool| {
+            run.healed_at.map(|healed| count(&|p| f(p, healed)))
+        };
         Side {
             ec2_calls_per_node: run.tally.total() as f64 / nodes.max(1) as f64,
             throttled_calls: run.tally.throttled,
@@ -104,6 +129,12 @@ impl Side {
             address_p99_ms: percentile(&waits, 0.99),
             idle_addresses: run.idle,
             nodes_down: run.nodes_down,
+            pods_bound_while_fragmented: while_fragmented(&|p, healed| p.bound_at < healed),
+            pods_placed_while_fragmented: while_fragmented(&|p, healed| {
+                p.placed_at.is_some_and(|t| t < healed)
+            }),
+            prefix_addresses_at_end: run.held.in_prefixes,
+            secondary_addresses_at_end: run.held.secondary,
             calls_by_api: run
                 .tally
                 .calls
@@ -136,6 +167,9 @@ pub struct Report {
     pub ours_without_scarcity_mode: Option<Side>,
     /// Simulated time.
     pub simulated_seconds: u64,
+    /// Fragmented scenario: when the subnet's strays went, in seconds from the start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub healed_at_seconds: Option<u64>,
     /// Wall-clock time the run took.
     pub wall_seconds: f64,
 }

@@ -10,6 +10,7 @@ use ipnetwork::Ipv4Network;
 use pool::Targets;
 use serde::Serialize;
 use tokio::time::Instant;
+use vpc_sim::Fragment;
 use vpc_sim::model::{CreateEni, Model, SubnetSpec, Topology};
 use vpc_sim::rand::Rng;
 
@@ -32,6 +33,11 @@ pub enum Kind {
     Scarcity,
     /// A launch during which EC2 throttles every call for a minute (the account is busy).
     Throttle,
+    /// 200 nodes with prefix delegation (WARM_PREFIX_TARGET=1) in one /17 where every /28
+    /// block holds an address of someone else's, so EC2 refuses every prefix while single
+    /// addresses are still to be had; 10 to 30 pods each. Halfway through, the strays go and
+    /// prefixes can be had again.
+    Fragmented,
 }
 
 /// A scenario's parameters.
@@ -60,6 +66,10 @@ pub struct Scenario {
     pub free_per_node: Option<u32>,
     /// EC2 refuses every call in this window.
     pub storm: Option<(Duration, Duration)>,
+    /// With prefix delegation, in a subnet where every /28 block holds someone else's
+    /// address (`Fragment::All`) from the start until this time, when the strays go (at or
+    /// past the horizon: never).
+    pub fragmented_until: Option<Duration>,
 }
 
 impl Scenario {
@@ -77,6 +87,7 @@ impl Scenario {
             lifetime: None,
             free_per_node: None,
             storm: None,
+            fragmented_until: None,
         };
         let s = match kind {
             Kind::Launch => base,
@@ -99,6 +110,15 @@ impl Scenario {
                 storm: Some((Duration::from_secs(30), Duration::from_secs(90))),
                 ..base
             },
+            // Healed halfway: long enough that every pod has been bound and retried for
+            // minutes while no prefix could be had, and then time for ipamd's prefix retry
+            // (at most 5 min apart) to find the blocks free again.
+            Kind::Fragmented => Scenario {
+                nodes: 200,
+                pods: (10, 30),
+                fragmented_until: Some(base.horizon / 2),
+                ..base
+            },
         };
         Scenario {
             nodes: nodes.unwrap_or(s.nodes),
@@ -106,10 +126,25 @@ impl Scenario {
         }
     }
 
-    /// The VPC, 10.0.0.0/16: one /18 per 250 nodes (at most 1,000), or in the scarcity
-    /// scenario one /17 that others fill but for `free_per_node` per node.
+    /// Whether the nodes run with prefix delegation (WARM_PREFIX_TARGET=1).
+    pub fn prefix_delegation(&self) -> bool {
+        self.fragmented_until.is_some()
+    }
+
+    /// The VPC, 10.0.0.0/16: one /18 per 250 nodes (at most 1,000); in the scarcity
+    /// scenario one /17 that others fill but for `free_per_node` per node; in the fragmented
+    /// one a /17 with a stray address in every /28 block.
     fn model(&self, seed: u64) -> anyhow::Result<Model> {
         let (prefix, subnets) = if self.free_per_node.is_some() {
+            (17, 1)
+        } else if self.fragmented_until.is_some() {
+            // A /17 less its 2,048 strays holds 30,715 free addresses; on /32s alone an
+            // m5.xlarge holds at most 4 ENIs × (14 secondaries + a primary), 60: 400 nodes
+            // take at most 24,000.
+            anyhow::ensure!(
+                self.nodes <= 400,
+                "at most 400 nodes fit the fragmented /17"
+            );
             (17, 1)
         } else {
             anyhow::ensure!(self.nodes <= 1_000, "at most 1,000 nodes fit the VPC");
@@ -122,6 +157,9 @@ impl Scenario {
                 let mut spec = SubnetSpec::new(Ipv4Network::new(base.into(), prefix)?);
                 let share = self.nodes / subnets + usize::from((i as usize) < self.nodes % subnets);
                 spec.nodes = (i > 0).then_some(share);
+                if self.fragmented_until.is_some() {
+                    spec.fragment = Fragment::All;
+                }
                 Ok(spec)
             })
             .collect::<anyhow::Result<_>>()?;
@@ -188,6 +226,34 @@ pub struct Run {
     pub idle: u64,
     /// Nodes whose CNI did not start.
     pub nodes_down: usize,
+    /// When the subnet stopped being fragmented, if it was and did within the run.
+    pub healed_at: Option<Duration>,
+    /// Addresses the nodes' ENIs hold for pods at the end, as EC2 has them: in delegated
+    /// /28 prefixes, and as secondary /32s.
+    pub held: Held,
+}
+
+/// Addresses the nodes' ENIs hold for pods (primary addresses aside), as EC2 has them.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Held {
+    /// In delegated /28 prefixes (16 each).
+    pub in_prefixes: u64,
+    /// Secondary /32 addresses.
+    pub secondary: u64,
+}
+
+impl Held {
+    fn of(account: &Account) -> Held {
+        // The account holds only the fleet's ENIs: the strays are no ENI's.
+        account
+            .network_interfaces()
+            .iter()
+            .fold(Held::default(), |h, e| Held {
+                in_prefixes: h.in_prefixes
+                    + u64::from(pool::ADDRS_PER_PREFIX) * e.prefixes.len() as u64,
+                secondary: h.secondary + e.secondary_ips.len() as u64,
+            })
+    }
 }
 
 struct Plan {
@@ -206,6 +272,24 @@ pub async fn run(scenario: &Scenario, algorithm: &Algorithm, seed: u64) -> anyho
     if let Some((from, until)) = scenario.storm {
         account.storm(from, until);
     }
+    // The strays go (someone else's workload leaves): not an EC2 call of this account.
+    let healed_at = scenario
+        .fragmented_until
+        .filter(|until| *until < scenario.horizon);
+    let heal = healed_at.map(|until| {
+        let account = Arc::clone(&account);
+        tokio::spawn(async move {
+            tokio::time::sleep(until).await;
+            let subnets: Vec<String> =
+                account.with_model(|m| m.subnets().iter().map(|s| s.id.clone()).collect());
+            for subnet in subnets {
+                account
+                    .set_fragment(&subnet, Fragment::None)
+                    .map_err(|e| anyhow::anyhow!("healing {subnet}: {e}"))?;
+            }
+            anyhow::Ok(())
+        })
+    });
     let records = Records::default();
     let mut rng = Rng::seeded(seed);
     let instances: Vec<String> =
@@ -277,11 +361,16 @@ pub async fn run(scenario: &Scenario, algorithm: &Algorithm, seed: u64) -> anyho
             None => nodes_down += 1,
         }
     }
+    if let Some(heal) = heal {
+        heal.await.context("the heal task")??;
+    }
     Ok(Run {
         pods: records.all(),
         tally: account.tally(),
         idle,
         nodes_down,
+        healed_at,
+        held: Held::of(&account),
     })
 }
 

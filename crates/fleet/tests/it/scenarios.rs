@@ -63,3 +63,35 @@ fn churn_runs_an_hour_and_places_every_pod() {
         r.ours.pods_failed
     );
 }
+
+#[test]
+fn a_fragmented_subnet_places_every_pod_of_ours_and_none_of_the_go_cnis() {
+    let r = fleet::simulate(Kind::Fragmented, Some(5), 7).unwrap();
+    show("ours", &r.ours);
+    show("go_cni", &r.go_cni);
+    let healed = r.healed_at_seconds.expect("the strays go within the run");
+    assert!(healed < r.simulated_seconds);
+    let bound = r.ours.pods_bound_while_fragmented.unwrap();
+    assert_eq!(bound, r.ours.pods_bound, "every pod bound before the heal");
+    assert_eq!(r.go_cni.pods_bound_while_fragmented, Some(bound));
+    // While every /28 held a stray, ours placed every pod on /32s; the Go CNI, growing by
+    // prefixes only, none.
+    assert_eq!(r.ours.pods_placed_while_fragmented, Some(bound));
+    assert_eq!(r.go_cni.pods_placed_while_fragmented, Some(0));
+    assert_eq!((r.ours.pods_failed, r.ours.nodes_down), (0, 0));
+    // Both sides asked EC2 for prefixes (and were refused) rather than never trying.
+    for side in [&r.ours, &r.go_cni] {
+        assert!(
+            side.calls_by_api
+                .get("AssignPrivateIpAddresses")
+                .copied()
+                .unwrap_or(0)
+                > 0
+        );
+    }
+    // Once the blocks were free, ours asked for prefixes again and got them.
+    assert!(
+        r.ours.prefix_addresses_at_end > 0,
+        "ours is back on prefixes"
+    );
+}
