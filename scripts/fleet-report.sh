@@ -26,7 +26,8 @@ trap 'rm -rf "$out"' EXIT
 # Built once, then the scenarios side by side (each runs on one core).
 "$REPO/scripts/fleet.sh" --help >/dev/null
 pids=()
-for s in launch churn scarcity throttle; do
+SCENARIOS=(launch churn scarcity throttle fragmented)
+for s in "${SCENARIOS[@]}"; do
   say "scenario $s"
   "$REPO/scripts/fleet.sh" --scenario "$s" --seed "$SEED" --json --plot "$REPO/docs/reports/fleet-$s.png" >"$out/$s.json" &
   pids+=($!)
@@ -38,13 +39,16 @@ done
 row() { # file side name
   jq -r --arg side "$2" --arg name "$3" '.[$side] | "| \($name) | \(.ec2_calls_per_node * 10 | round / 10) | \(.throttled_calls) | \(.pods_placed) / \(.pods_bound) | \(.pods_failed) | \(.pods_failed_throttling) | \(.pods_delayed) | \(.pods_with_failed_add) | \(.address_p50_ms) | \(.address_p99_ms) | \(.idle_addresses) |"' "$1"
 }
+fragment_row() { # file side name
+  jq -r --arg side "$2" --arg name "$3" '.[$side] | "| \($name) | \(.pods_placed_while_fragmented) / \(.pods_bound_while_fragmented) | \(.prefix_addresses_at_end) | \(.secondary_addresses_at_end) |"' "$1"
+}
 {
   echo "# Fleet simulation: ipamd beside the Go CNI's algorithm"
   echo
   echo "Written by \`scripts/fleet-report.sh --seed $SEED\` on $(date -u +%Y-%m-%d) ($(nproc) cores)."
   echo "Each scenario: \`scripts/fleet.sh --scenario NAME --seed $SEED --json --plot docs/reports/fleet-NAME.png\`. What the simulator"
   echo "is, what each figure means and what it leaves out: [the notes below](#how-the-simulation-works)."
-  for s in launch churn scarcity throttle; do
+  for s in "${SCENARIOS[@]}"; do
     f=$out/$s.json
     echo
     echo "## $s: $(jq -r '"\(.nodes) nodes, \(.simulated_seconds / 60) min simulated in \(.wall_seconds | round) s"' "$f")"
@@ -57,6 +61,17 @@ row() { # file side name
     fi
     row "$f" go_cni "the Go CNI's algorithm"
     echo
+    if jq -e '.healed_at_seconds' "$f" >/dev/null; then
+      healed=$(jq -r '.healed_at_seconds' "$f")
+      echo "Every node runs with \`ENABLE_PREFIX_DELEGATION=true\`, \`WARM_PREFIX_TARGET=1\`. Every /28 block of the"
+      echo "subnet holds someone else's address until ${healed} s, when they go:"
+      echo
+      echo "| | pods placed while fragmented (before ${healed} s) | addresses in /28 prefixes at the end | secondary /32s at the end |"
+      echo "|---|---|---|---|"
+      fragment_row "$f" ours "ours (ipamd)"
+      fragment_row "$f" go_cni "the Go CNI's algorithm"
+      echo
+    fi
     echo "![$s: pods with an address over time](fleet-$s.png)"
     echo
     echo "EC2 calls by API:"

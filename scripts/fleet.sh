@@ -2,7 +2,7 @@
 # One fleet scenario: ipamd beside the Go CNI's documented algorithm, on one simulated EC2
 # account and a simulated clock (crates/fleet).
 #
-#   scripts/fleet.sh --scenario launch|churn|scarcity|throttle [--nodes N] [--json] [--seed S]
+#   scripts/fleet.sh --scenario launch|churn|scarcity|throttle|fragmented [--nodes N] [--json] [--seed S]
 #
 #   launch     1,000 nodes launched within a minute, each given 20 to 40 pods
 #   churn      1,000 nodes running 30 pods each, every pod replaced after a random lifetime
@@ -10,6 +10,9 @@
 #   scarcity   200 nodes sharing one /17 that others already use to 95%, 3 to 9 pods each;
 #              ipamd runs with and without subnet-scarcity mode
 #   throttle   300 nodes launched while EC2 refuses every call for a minute
+#   fragmented 200 nodes with prefix delegation (WARM_PREFIX_TARGET=1) in one /17 where every
+#              /28 block holds someone else's address, so EC2 refuses every prefix; 10 to 30
+#              pods each; halfway through the strays go
 #
 # --nodes runs a smaller (or larger) fleet; --json prints {"scenario", "nodes", "ours": {...},
 # "go_cni": {...}} with each side's figures. Needs no root. Builds the simulator (release)
@@ -19,7 +22,7 @@ set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-[ $# -gt 0 ] || die "usage: scripts/fleet.sh --scenario launch|churn|scarcity|throttle [--nodes N] [--json] [--seed S]"
+[ $# -gt 0 ] || die "usage: scripts/fleet.sh --scenario launch|churn|scarcity|throttle|fragmented [--nodes N] [--json] [--seed S]"
 (cd "$REPO" && cargo build --release --locked --quiet --workspace --bin fleet) \
   || die "could not build the fleet simulator"
 exec "$CARGO_TARGET_DIR/release/fleet" "$@"
