@@ -90,15 +90,19 @@ pub fn plot(report: &Report, path: &Path) -> anyhow::Result<()> {
         .label("pods bound")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.4)));
     if let Some(healed) = report.healed_at_seconds {
+        // Green, apart from the grid's greys and the sides' colours.
+        let color = RGBColor(40, 150, 60);
         let at = healed as f64;
         chart
             .draw_series(LineSeries::new(
                 [(at, 0.0), (at, top.max(1.0))],
-                BLACK.mix(0.25).stroke_width(1),
+                color.stroke_width(2),
             ))
             .map_err(draw_error)?
             .label("the strays go: /28s free again")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.25)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
     }
     for (name, side, color) in sides {
         chart
