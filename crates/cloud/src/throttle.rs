@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use ipnetwork::{Ipv4Network, Ipv6Network};
 use thiserror::Error;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::retry::{RetryPolicy, retry};
@@ -52,7 +51,7 @@ pub enum ThrottleConfigError {
 pub const MIN_RATE: f64 = 0.02;
 
 /// A token bucket: `capacity` calls at once, refilled at `per_second`. Calls beyond the tokens
-/// queue, each holding a [`Ticket`] for a token yet to be minted, up to `max_queue` of them.
+/// queue, each told the moment its token will exist, up to `max_queue` of them.
 #[derive(Clone, Debug)]
 pub struct TokenBucket {
     capacity: f64,
@@ -61,16 +60,7 @@ pub struct TokenBucket {
     max_rate: f64,
     max_queue: f64,
     tokens: f64,
-    /// Tokens minted since the bucket was made, full or not: a queued call's token is due
-    /// when this reaches its ticket, at whatever rate the bucket refills by then.
-    minted: f64,
     last: Duration,
-}
-
-/// A queued call's place: its token exists once the bucket has minted this many.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Ticket {
-    due: f64,
 }
 
 impl TokenBucket {
@@ -96,7 +86,6 @@ impl TokenBucket {
             max_rate: per_second,
             max_queue: f64::from(max_queue),
             tokens: f64::from(capacity),
-            minted: 0.0,
             last: Duration::ZERO,
         })
     }
@@ -112,18 +101,9 @@ impl TokenBucket {
         self.tokens = self.tokens.min(0.0);
     }
 
-    /// A call went through: EC2 has room again, so the rate doubles (by at least a tenth of
-    /// the configured one), up to it. Halving on each refusal and doubling on each answer
-    /// brings a node from the floor back to its rate in a few calls once a storm ends, rather
-    /// than holding its queued calls behind a rate set while every call was refused. Returns
-    /// whether the rate rose, so waiting calls can be told.
-    pub fn succeeded(&mut self, now: Duration) -> bool {
-        // What was minted so far was minted at the old rate.
-        self.refill(now);
-        let before = self.per_second;
-        let doubled = (before * 2.0).max(before + self.max_rate / 10.0);
-        self.per_second = doubled.min(self.max_rate);
-        self.per_second > before
+    /// A call went through: the rate climbs back by a tenth of the configured one, up to it.
+    pub fn succeeded(&mut self) {
+        self.per_second = (self.per_second + self.max_rate / 10.0).min(self.max_rate);
     }
 
     /// The refill rate now.
@@ -134,40 +114,23 @@ impl TokenBucket {
     fn refill(&mut self, now: Duration) {
         let elapsed = now.saturating_sub(self.last).as_secs_f64();
         self.last = self.last.max(now);
-        self.minted += elapsed * self.per_second;
         self.tokens = (self.tokens + elapsed * self.per_second).min(self.capacity);
     }
 
-    /// Takes a token at `now` (time since any fixed origin, never going back): its ticket, due
-    /// at once when a token was there, or `None` without taking one when `max_queue` callers
-    /// are already waiting.
-    pub fn take_ticket(&mut self, now: Duration) -> Option<Ticket> {
+    /// Takes a token at `now` (time since any fixed origin, never going back) and returns how
+    /// long the caller must wait before using it (zero when one was available), or `None`
+    /// without taking one when `max_queue` callers are already waiting.
+    pub fn take(&mut self, now: Duration) -> Option<Duration> {
         self.refill(now);
         if self.tokens - 1.0 < -self.max_queue {
             return None;
         }
         self.tokens -= 1.0;
-        Some(Ticket {
-            due: self.minted + (-self.tokens).max(0.0),
-        })
-    }
-
-    /// How long from `now` until `ticket`'s token exists, at the rate the bucket refills now
-    /// (zero once it does). Asked again after the rate changes, the answer follows it.
-    pub fn wait(&mut self, now: Duration, ticket: Ticket) -> Duration {
-        self.refill(now);
-        let missing = ticket.due - self.minted;
-        if missing <= 0.0 {
+        Some(if self.tokens >= 0.0 {
             Duration::ZERO
         } else {
-            Duration::from_secs_f64(missing / self.per_second)
-        }
-    }
-
-    /// [`TokenBucket::take_ticket`], answered as the wait it means at the rate of now.
-    pub fn take(&mut self, now: Duration) -> Option<Duration> {
-        let ticket = self.take_ticket(now)?;
-        Some(self.wait(now, ticket))
+            Duration::from_secs_f64(-self.tokens / self.per_second)
+        })
     }
 }
 
@@ -235,8 +198,6 @@ pub struct Throttled<E> {
     describe: TokenBucket,
     mutate: TokenBucket,
     buckets: Mutex<HashMap<Action, TokenBucket>>,
-    /// Told whenever a bucket's rate rises: calls queued at a slower rate wake to wait anew.
-    rate_up: Notify,
     origin: Instant,
     stats: ThrottleStats,
     observer: Option<Arc<dyn CallObserver>>,
@@ -258,7 +219,6 @@ impl<E: Ec2> Throttled<E> {
             describe,
             mutate,
             buckets: Mutex::new(HashMap::new()),
-            rate_up: Notify::new(),
             origin: Instant::now(),
             stats: ThrottleStats::default(),
             observer: None,
@@ -281,49 +241,38 @@ impl<E: Ec2> Throttled<E> {
         &self.stats
     }
 
-    fn bucket<T>(&self, api: Action, f: impl FnOnce(&mut TokenBucket) -> T) -> T {
+    /// Waits for a token of `api`'s bucket, or refuses when its queue is full.
+    async fn token(&self, api: Action) -> Result<(), CloudError> {
         let template = if api.is_describe() {
             &self.describe
         } else {
             &self.mutate
         };
-        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
-        f(buckets.entry(api).or_insert_with(|| template.clone()))
-    }
-
-    /// Waits for a token of `api`'s bucket, or refuses when its queue is full. A queued call
-    /// sleeps until its token is due at the current rate, and wakes to wait anew whenever a
-    /// rate rises: once EC2 answers after a storm, calls queued at the floor rate go at once.
-    async fn token(&self, api: Action) -> Result<(), CloudError> {
-        let Some(ticket) = self.bucket(api, |b| b.take_ticket(self.origin.elapsed())) else {
-            self.stats.refused.fetch_add(1, Ordering::Relaxed);
-            return Err(CloudError::new(
-                api,
-                CloudErrorKind::Overloaded,
-                format!(
-                    "{} calls already wait for the client's rate limit; not sent",
-                    self.policy.max_queue
-                ),
-            ));
-        };
-        let mut counted = false;
-        loop {
-            // Registered before the wait is read, so a rise in between is not missed.
-            let rose = self.rate_up.notified();
-            tokio::pin!(rose);
-            rose.as_mut().enable();
-            let wait = self.bucket(api, |b| b.wait(self.origin.elapsed(), ticket));
-            if wait.is_zero() {
-                return Ok(());
+        let wait = self
+            .buckets
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(api)
+            .or_insert_with(|| template.clone())
+            .take(self.origin.elapsed());
+        match wait {
+            None => {
+                self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                Err(CloudError::new(
+                    api,
+                    CloudErrorKind::Overloaded,
+                    format!(
+                        "{} calls already wait for the client's rate limit; not sent",
+                        self.policy.max_queue
+                    ),
+                ))
             }
-            if !counted {
+            Some(wait) if !wait.is_zero() => {
                 self.stats.waits.fetch_add(1, Ordering::Relaxed);
-                counted = true;
+                tokio::time::sleep(wait).await;
+                Ok(())
             }
-            tokio::select! {
-                () = tokio::time::sleep(wait) => {}
-                () = rose => {}
-            }
+            Some(_) => Ok(()),
         }
     }
 
@@ -335,16 +284,19 @@ impl<E: Ec2> Throttled<E> {
         self.token(api).await?;
         let started = Instant::now();
         let result = f().await;
-        let rose = match &result {
-            Err(e) if e.kind == CloudErrorKind::Throttled => {
-                self.bucket(api, |b| b.throttled(self.origin.elapsed()));
-                false
+        if let Some(bucket) = self
+            .buckets
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(&api)
+        {
+            match &result {
+                Err(e) if e.kind == CloudErrorKind::Throttled => {
+                    bucket.throttled(self.origin.elapsed())
+                }
+                Err(_) => {}
+                Ok(_) => bucket.succeeded(),
             }
-            Err(_) => false,
-            Ok(_) => self.bucket(api, |b| b.succeeded(self.origin.elapsed())),
-        };
-        if rose {
-            self.rate_up.notify_waiters();
         }
         if let Some(observer) = &self.observer {
             observer.observe(api, started.elapsed(), result.as_ref().err());
@@ -701,45 +653,13 @@ mod tests {
             b.throttled(ms(0));
         }
         assert_eq!(b.rate(), MIN_RATE, "never below the floor");
-        // Each answer doubles the rate (by at least a tenth of the configured one).
-        assert!(b.succeeded(ms(0)));
-        assert!((b.rate() - (MIN_RATE + 0.2)).abs() < 1e-9, "{}", b.rate());
-        assert!(b.succeeded(ms(0)));
-        assert!(
-            (b.rate() - 2.0 * (MIN_RATE + 0.2)).abs() < 1e-9,
-            "{}",
-            b.rate()
-        );
-        for _ in 0..3 {
-            b.succeeded(ms(0));
+        for _ in 0..9 {
+            b.succeeded();
         }
+        assert!((b.rate() - (MIN_RATE + 1.8)).abs() < 1e-9, "{}", b.rate());
+        b.succeeded();
+        b.succeeded();
         assert_eq!(b.rate(), 2.0, "never above the configured rate");
-        assert!(!b.succeeded(ms(0)), "no rise at the configured rate");
-    }
-
-    #[test]
-    fn a_queued_ticket_is_due_sooner_once_the_rate_rises() {
-        let mut b = TokenBucket::new("t", 1, 1.0, 8).unwrap();
-        assert_eq!(b.take(ms(0)), Some(Duration::ZERO));
-        for _ in 0..10 {
-            b.throttled(ms(0));
-        }
-        assert_eq!(b.rate(), MIN_RATE);
-        let ticket = b.take_ticket(ms(0)).unwrap();
-        assert_eq!(
-            b.wait(ms(0), ticket),
-            ms(50_000),
-            "one token at the floor rate"
-        );
-        // A second later EC2 answers another call: the rate doubles and climbs, and the
-        // queued ticket is due by the new rate, not the one it was queued at.
-        for _ in 0..4 {
-            b.succeeded(ms(1_000));
-        }
-        assert!((b.rate() - 0.96).abs() < 1e-9, "{}", b.rate());
-        let left = b.wait(ms(1_000), ticket);
-        assert!(left < ms(1_100), "{left:?}");
-        assert_eq!(b.wait(ms(2_100), ticket), Duration::ZERO);
     }
 
     #[test]
@@ -814,45 +734,6 @@ mod tests {
 
     fn throttled(api: impl Into<String>) -> CloudError {
         CloudError::from_code(api, "RequestLimitExceeded", "Request limit exceeded.")
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn calls_queued_at_the_floor_rate_go_sooner_once_ec2_answers() {
-        let fake = Arc::new(Empty::default());
-        let once = ThrottlePolicy {
-            retry: RetryPolicy {
-                attempts: 1,
-                first_delay: ms(1),
-                max_delay: ms(1),
-            },
-            ..ThrottlePolicy::default()
-        };
-        let ec2 = Arc::new(throttled_ec2(&fake, once));
-        // A storm: every call refused until the bucket is at its floor, one call per 50 s.
-        let storm: Vec<CloudError> = (0..20).map(|_| throttled("D")).collect();
-        fake.fail_next(Action::DescribeNetworkInterfaces, storm);
-        for _ in 0..20 {
-            let _ = ec2.describe_instance_enis("i-1").await;
-        }
-        let start = Instant::now();
-        // Three calls queue at the floor rate (due 50, 100 and 150 s from now); EC2 answers
-        // again. The first goes at its time; its answer raises the rate and the others go
-        // by the new rate.
-        let calls: Vec<_> = (0..3)
-            .map(|_| {
-                let ec2 = Arc::clone(&ec2);
-                tokio::spawn(async move { ec2.describe_instance_enis("i-1").await })
-            })
-            .collect();
-        for call in calls {
-            assert!(call.await.unwrap().is_ok());
-        }
-        let took = start.elapsed();
-        assert!(took < Duration::from_secs(75), "queued calls took {took:?}");
-        assert!(
-            took >= Duration::from_secs(45),
-            "the first waited its floor turn: {took:?}"
-        );
     }
 
     #[tokio::test(start_paused = true)]
