@@ -529,7 +529,7 @@ pub fn prefix_fallback(view: &PoolView) -> Option<PrefixFallbackStatus> {
         .pool
         .enis()
         .filter_map(|e| {
-            let ips = view.slash32s(&e.id);
+            let ips = view.pool.secondary_count(&e.id);
             let refused = fallbacks
                 .subnets
                 .get(&e.subnet_id)

@@ -98,16 +98,6 @@ impl PoolView {
         u64::from(self.limits.secondary_ips_per_eni) * u64::from(self.limits.max_enis) * per_slot
     }
 
-    /// Secondary /32s the ENI `eni_id` holds (with prefix delegation: held instead of prefixes).
-    pub fn slash32s(&self, eni_id: &str) -> u32 {
-        let n = self
-            .pool
-            .addresses(eni_id)
-            .filter(|(_, s)| s.prefix.is_none())
-            .count();
-        u32::try_from(n).unwrap_or(u32::MAX)
-    }
-
     /// Delegated prefixes held, over all ENIs.
     pub fn prefix_count(&self) -> usize {
         self.pool

@@ -874,6 +874,15 @@ impl Pool {
             .flat_map(|e| e.prefixes.iter().copied())
     }
 
+    /// How many secondary /32s (addresses outside any delegated prefix) one ENI holds.
+    pub fn secondary_count(&self, eni_id: &str) -> u32 {
+        let n = self
+            .addresses(eni_id)
+            .filter(|(_, s)| s.prefix.is_none())
+            .count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
     fn slots(&self) -> impl Iterator<Item = (&EniInfo, Ipv4Addr, &AddrSlot)> {
         self.enis
             .values()

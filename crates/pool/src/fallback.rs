@@ -64,6 +64,14 @@ pub enum PrefixScope<'a> {
 }
 
 impl PrefixFallbacks {
+    /// The refusal recorded for `scope`, if any (active or due for a retry).
+    pub fn get(&self, scope: PrefixScope<'_>) -> Option<&PrefixFallback> {
+        match scope {
+            PrefixScope::Subnet(id) => self.subnets.get(id),
+            PrefixScope::NewEnis => self.new_enis.as_ref(),
+        }
+    }
+
     /// Whether ENIs in `subnet` grow by /32s at `now`.
     pub fn refuses(&self, subnet: &str, now: Timestamp) -> bool {
         self.subnets.get(subnet).is_some_and(|f| f.active(now))
@@ -77,11 +85,9 @@ impl PrefixFallbacks {
     /// Records that EC2 refused prefixes in `scope` at `now`: the next ask waits twice as long
     /// as the last (from [`PREFIX_RETRY_FIRST`] up to [`PREFIX_RETRY_MAX`]).
     pub fn refused(&mut self, scope: PrefixScope<'_>, reason: &str, now: Timestamp) {
-        let slot = match scope {
-            PrefixScope::Subnet(id) => self.subnets.get(id).cloned(),
-            PrefixScope::NewEnis => self.new_enis.clone(),
-        };
-        let (since, refusals) = slot.map_or((now, 1), |f| (f.since, f.refusals.saturating_add(1)));
+        let (since, refusals) = self
+            .get(scope)
+            .map_or((now, 1), |f| (f.since, f.refusals.saturating_add(1)));
         let fallback = PrefixFallback {
             since,
             reason: reason.to_string(),

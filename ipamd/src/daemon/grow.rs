@@ -256,12 +256,12 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
                 return false;
             }
         };
-        let refused_there = self
-            .ledger
-            .pool()
-            .prefix_fallbacks()
-            .refuses(&placement.subnet_id, self.clock.now());
-        if prefixes > 0 && refused_there {
+        let refused_there = || {
+            let pool = self.ledger.pool();
+            pool.prefix_fallbacks()
+                .refuses(&placement.subnet_id, self.clock.now())
+        };
+        if prefixes > 0 && refused_there() {
             // Placement prefers subnets that delegate prefixes: this one means none does.
             let why = format!(
                 "prefixes are refused in {}, chosen by {}",

@@ -271,20 +271,19 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
                 tags: Default::default(),
             });
         }
-        let refusing = {
+        // With prefix delegation, subnets where EC2 refuses prefixes for now come last.
+        let refusing: Vec<String> = if self.node.targets.prefix_delegation {
             let now = self.clock.now();
             let pool = self.ledger.pool();
             let fallbacks = pool.prefix_fallbacks();
-            let refusing: Vec<String> = fallbacks
-                .subnets
-                .keys()
-                .filter(|s| fallbacks.refuses(s, now))
+            let keys = fallbacks.subnets.keys();
+            keys.filter(|s| fallbacks.refuses(s, now))
                 .cloned()
-                .collect();
-            refusing
+                .collect()
+        } else {
+            Vec::new()
         };
-        let avoided =
-            |s: &str| self.node.targets.prefix_delegation && refusing.iter().any(|r| r == s);
+        let avoided = |s: &str| refusing.iter().any(|r| r == s);
         match discover(
             &subnets,
             &id.primary_eni.subnet_id,

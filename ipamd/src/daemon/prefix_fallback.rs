@@ -28,15 +28,9 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
         let (first, retry_in) = {
             let mut pool = self.ledger.pool();
             let fallbacks = pool.prefix_fallbacks_mut();
-            let first = match scope {
-                PrefixScope::Subnet(id) => !fallbacks.subnets.contains_key(id),
-                PrefixScope::NewEnis => fallbacks.new_enis.is_none(),
-            };
+            let first = fallbacks.get(scope).is_none();
             fallbacks.refused(scope, reason, now);
-            let retry_at = match scope {
-                PrefixScope::Subnet(id) => fallbacks.subnets.get(id).map(|f| f.retry_at),
-                PrefixScope::NewEnis => fallbacks.new_enis.as_ref().map(|f| f.retry_at),
-            };
+            let retry_at = fallbacks.get(scope).map(|f| f.retry_at);
             (first, retry_at.map_or(0, |t| now.until(t).as_secs()))
         };
         let place = place(scope);
@@ -66,10 +60,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
         let ended = {
             let mut pool = self.ledger.pool();
             let fallbacks = pool.prefix_fallbacks_mut();
-            let had = match scope {
-                PrefixScope::Subnet(id) => fallbacks.subnets.contains_key(id),
-                PrefixScope::NewEnis => fallbacks.new_enis.is_some(),
-            };
+            let had = fallbacks.get(scope).is_some();
             fallbacks.delegated(scope);
             had
         };
@@ -93,10 +84,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
         for eni in pool.enis().filter(|e| !pool.is_excluded(&e.id)) {
             held += 1;
             let prefixes = pool.prefixes(&eni.id).count() as u32;
-            let slash32s = pool
-                .addresses(&eni.id)
-                .filter(|(_, s)| s.prefix.is_none())
-                .count() as u32;
+            let slash32s = pool.secondary_count(&eni.id);
             let free = per_eni.saturating_sub(prefixes + slash32s);
             let refused = fallbacks.subnets.contains_key(&eni.subnet_id);
             capacity = capacity

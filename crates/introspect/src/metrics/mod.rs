@@ -375,7 +375,7 @@ impl Metrics {
             .set(i64::from(counts.cooling) + i64::from(counts6.cooling));
         self.total_prefixes.set(count(view.prefix_count()));
         let slash32s: u32 = match view.targets.prefix_delegation {
-            true => pool.enis().map(|e| view.slash32s(&e.id)).sum(),
+            true => pool.enis().map(|e| pool.secondary_count(&e.id)).sum(),
             false => 0,
         };
         self.prefix_fallback_ips.set(i64::from(slash32s));

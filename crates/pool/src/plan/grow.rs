@@ -1,7 +1,7 @@
 //! Growth: one step towards target, capped by max pods, per-ENI slots and max ENIs.
 
 use super::targets::Shortfall;
-use super::view::{EniView, PoolView};
+use super::view::{EniView, PoolView, Unit};
 use super::{Action, Blocked, NodeLimits, Plan, Targets};
 
 /// The growth step for a pool `short` of target: fill the first ENI (by device number) with a
@@ -85,12 +85,18 @@ pub(super) fn probe(
     if !may_release {
         return None;
     }
+    // `releasable` is highest first: its first /32 is the one to give back.
     probing.find_map(|e| {
+        let ip = e.releasable.iter().find_map(|u| match u {
+            Unit::Ip(ip) => Some(*ip),
+            Unit::Prefix(_) => None,
+        })?;
         let eni_id = e.info.id.clone();
-        e.loose.first().map(|ip| {
-            let ips = vec![*ip];
-            (eni_id.clone(), Action::ReleaseIps { eni_id, ips })
-        })
+        let action = Action::ReleaseIps {
+            eni_id: eni_id.clone(),
+            ips: vec![ip],
+        };
+        Some((eni_id, action))
     })
 }
 

@@ -86,8 +86,6 @@ pub(super) struct EniView<'a> {
     /// (left from a fallback, or from before delegation was on): they go back whatever the
     /// targets say, and count nowhere in `totals`, so the pool grows by prefixes instead.
     pub retiring: Vec<Ipv4Addr>,
-    /// Its available /32s, highest first (a probe may give one back to free a slot).
-    pub loose: Vec<Ipv4Addr>,
 }
 
 /// The whole pool, ENIs by device number.
@@ -144,7 +142,6 @@ fn eni_view<'a>(
     let refused = fallback.is_some_and(|f| f.active(now));
     let probing = fallback.is_some_and(|f| !f.active(now));
     let retire = prefix_delegation && fallback.is_none() && !excluded;
-    let mut loose = Vec::new();
     for (ip, slot) in pool.addresses(&info.id) {
         if excluded && !slot.is_assigned() {
             continue;
@@ -165,7 +162,6 @@ fn eni_view<'a>(
                 secondaries += 1;
                 if available {
                     releasable.push(Unit::Ip(ip));
-                    loose.push(ip);
                 }
             }
         }
@@ -188,9 +184,5 @@ fn eni_view<'a>(
         refused,
         probing,
         retiring,
-        loose: {
-            loose.reverse();
-            loose
-        },
     }
 }

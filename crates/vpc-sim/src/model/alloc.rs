@@ -218,14 +218,11 @@ impl AddressSpace {
 
     /// Takes `n` free /28 prefixes, lowest first, or none at all when fewer exist.
     pub fn take_prefixes(&mut self, n: u32) -> Option<Vec<Ipv4Network>> {
-        let mut starts = Vec::with_capacity(n as usize);
-        let mut start = self.first();
-        while starts.len() < n as usize && start + PREFIX_SIZE - 1 <= self.last() {
-            if self.block_is_free(start) {
-                starts.push(start);
-            }
-            start += PREFIX_SIZE;
-        }
+        let starts: Vec<u32> = self
+            .blocks()
+            .filter(|s| self.block_is_free(*s))
+            .take(n as usize)
+            .collect();
         if starts.len() < n as usize {
             return None;
         }
