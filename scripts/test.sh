@@ -7,14 +7,15 @@
 #   services   the AWS client against moto, the plugin's log rotation    (profile services)
 #   tiers 3-4  root: netlink in fresh namespaces, the real binaries in VPC-in-a-box
 #                                                                        (profile root)
-#   tier 5     root: kube-in-a-box, one cluster at a time                (profile cluster)
+#   tier 5     root: kube-in-a-box, one cluster at a time     (profiles cluster, cluster-image)
 # Without root, tiers 3-5 are listed test by test as skipped, never passed. Every tier runs even
 # when one before it failed, so one run shows every failure; the exit status is 1 if any did.
 # The summary at the end is read from nextest's JUnit files (scripts/summary.py).
 #
 # As root the work runs in three lanes once the binaries are built: the root lane (tiers 3-4,
-# then the demo) at once; the cluster lane (tier 5, then the demo on Kubernetes) as soon as the
-# image is built; the checks and the unprivileged tiers meanwhile. A box or cluster test mostly
+# then the demo) at once; the cluster lane (tier 5, the clusters that need the image once it is
+# built, then the demo on Kubernetes) as soon as the kube cache is there, while the image
+# builds; the checks and the unprivileged tiers meanwhile. A box or cluster test mostly
 # waits (on ipamd's timers, the API server, kubelets), so the lanes fit beside each other on
 # two cores; a lane's output is printed when it ends.
 #
@@ -75,6 +76,26 @@ not_run() { # label profile reason nextest-args...
     || rm -f "$list"
   record "notrun|$label|$list|$reason"
 }
+# A background job of the main shell that a lane can wait for: the command's output goes to
+# $WORK/NAME.out, its errors to $WORK/NAME.log, and its exit status, once it ends, to
+# $WORK/NAME.rc. Job control is on while it starts, so it gets a process group of its own,
+# which the exit trap can end whole.
+job() { # name command...
+  local name=$1; shift
+  set -m
+  ( code=0; "$@" >"$WORK/$name.out" 2>"$WORK/$name.log" || code=$?; echo "$code" >"$WORK/$name.rc" ) &
+  set +m
+  BACKGROUND+=("$!")
+}
+# Waits for job NAME to end (at most 90 min, CI's limit) and returns its exit status.
+await() { # name
+  local rc=$WORK/$1.rc i
+  for ((i = 0; i < 5400; i++)); do
+    if [ -s "$rc" ]; then return "$(<"$rc")"; fi
+    sleep 1
+  done
+  return 124
+}
 fmt_check() { cargo fmt --all -- --check && (cd fuzz && cargo fmt -- --check); }
 unused_deps() { cargo machete && check_workspace_deps; }
 # The demo, its output shown only when it fails.
@@ -102,9 +123,8 @@ if [ $ROOT -eq 1 ]; then
   # builds and tests before the cluster lane leave the cores idle; then reused from the cache.
   if want cluster && ! scripts/kube-build.sh --check >/dev/null 2>&1; then
     say "building the kube cache in the background (scripts/kube-build.sh, log $WORK/kube-build.log)"
-    setsid nice -n 19 scripts/kube-build.sh >"$WORK/kube-build.log" 2>&1 &
-    KUBE_BUILD=$!
-    BACKGROUND+=("$KUBE_BUILD")
+    job kube-build nice -n 19 scripts/kube-build.sh
+    KUBE_BUILD=1
   fi
 fi
 
@@ -131,28 +151,45 @@ root_lane() {
   tier "tiers 3-4: netlink in namespaces, VPC-in-a-box (root)" root --run-ignored only
   if [ -z "$ONLY" ]; then check "scripts/demo.sh" demo; fi
 }
+# Tier 5 in two parts: the clusters that run ipamd as a process start as soon as the kube
+# cache is there, while the image's release build runs; those that run the shipped image
+# (profile cluster-image), and the demo on Kubernetes, once it is built.
 cluster_lane() {
+  local code=0
+  if [ -n "$KUBE_BUILD" ]; then
+    say "waiting for the kube cache"
+    await kube-build || code=$?
+    if [ $code -ne 0 ]; then
+      cat "$WORK/kube-build.log"
+      step_result "the kube cache (scripts/kube-build.sh)" "FAILED (exit $code)"
+      return
+    fi
+    step_result "the kube cache (scripts/kube-build.sh)" ok
+  fi
   tier "tier 5: kube-in-a-box (root)" cluster --run-ignored only
+  say "waiting for the image (scripts/image.sh)"
+  await image || code=$?
+  cat "$WORK/image.log"
+  if [ $code -ne 0 ]; then
+    step_result "the image (scripts/image.sh)" "FAILED (exit $code)"
+    not_run "tier 5: kube-in-a-box, the shipped image" cluster-image "the image did not build" --run-ignored only
+    return
+  fi
+  step_result "the image (scripts/image.sh)" ok
+  VPC_CNI_IMAGE=$(<"$WORK/image.out")
+  export VPC_CNI_IMAGE
+  tier "tier 5: kube-in-a-box, the shipped image (root)" cluster-image --run-ignored only
   if [ -z "$ONLY" ]; then check "scripts/demo.sh --kube" demo --kube; fi
 }
 
 # As root, three lanes from here. Tiers 3-4 (mostly waiting on the box) start at once; the
-# image's release build runs meanwhile at a lower priority than their tests; tier 5 starts once
-# the image and the kube cache are there; the checks and the unprivileged tiers run beside both.
+# image's release build runs meanwhile, at a lower priority than the tests; tier 5 starts once
+# the kube cache is there; the checks and the unprivileged tiers run beside them.
 if [ $ROOT -eq 1 ] && want root; then lane root root_lane; fi
 if [ $ROOT -eq 1 ] && want cluster; then
-  say "the image (scripts/image.sh)"
-  image_status=ok
-  VPC_CNI_IMAGE=$(nice -n 10 scripts/image.sh) || image_status="FAILED (exit $?)"
-  step_result "the image (scripts/image.sh)" "$image_status"
-  export VPC_CNI_IMAGE
-  kube_status=ok
-  if [ -n "$KUBE_BUILD" ]; then
-    say "waiting for the kube cache"
-    wait "$KUBE_BUILD" || { kube_status="FAILED (exit $?)"; cat "$WORK/kube-build.log"; }
-    step_result "the kube cache (scripts/kube-build.sh)" "$kube_status"
-  fi
-  if [ "$kube_status" = ok ]; then lane cluster cluster_lane; fi
+  say "the image (scripts/image.sh) builds in the background (log $WORK/image.log)"
+  job image nice -n 10 scripts/image.sh
+  lane cluster cluster_lane
 fi
 
 if [ -z "$ONLY" ]; then
@@ -180,7 +217,9 @@ if [ -z "$ONLY" ]; then
     3) step_result "fuzzing" "SKIPPED (no nightly toolchain; the committed corpus was replayed in tiers 1-2)";;
     *) step_result "fuzzing: cni_conf, cni_args, ipam_frame, ${FUZZ_SECS} s each" "FAILED (a crash, see above)";;
   esac
-  # Runs scripts/build-release.sh, which the image's build made fresh already as root.
+  # Runs scripts/build-release.sh, which the image's build made fresh already as root: after
+  # it, so that the two never rewrite the release artifacts while the other reads them.
+  if [ $ROOT -eq 1 ] && want cluster; then await image || true; fi
   check "config, manifests, IAM policy and Dockerfile (scripts/check-config.sh)" scripts/check-config.sh
 fi
 
@@ -204,7 +243,10 @@ fi
 
 if [ $ROOT -eq 0 ]; then
   if want root; then not_run "tiers 3-4: netlink in namespaces, VPC-in-a-box" root "need root" --run-ignored only; fi
-  if want cluster; then not_run "tier 5: kube-in-a-box" cluster "needs root" --run-ignored only; fi
+  if want cluster; then
+    not_run "tier 5: kube-in-a-box" cluster "needs root" --run-ignored only
+    not_run "tier 5: kube-in-a-box, the shipped image" cluster-image "needs root" --run-ignored only
+  fi
   if [ -z "$ONLY" ]; then
     step_result "the image (scripts/image.sh)" "SKIPPED (needs root)"
     step_result "scripts/demo.sh, demo.sh --kube" "SKIPPED (need root)"
