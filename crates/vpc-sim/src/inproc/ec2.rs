@@ -53,6 +53,23 @@ impl NodeEc2 {
             )
             .await
     }
+
+    /// ModifyNetworkInterfaceAttribute with `SecurityGroupId.N`, as the Go CNI calls it on
+    /// every ENI it manages when it first reads the primary ENI's security groups: replaces
+    /// the ENI's groups. ipamd never calls it, so it is not part of the cloud seam.
+    pub async fn set_security_groups(
+        &self,
+        eni_id: &str,
+        groups: &[String],
+    ) -> Result<(), CloudError> {
+        self.account
+            .call(
+                Action::ModifyNetworkInterfaceAttribute,
+                || format!("{eni_id},groups={}", groups.join(",")),
+                |m, _| m.modify_eni(eni_id, EniChange::SecurityGroups(groups.to_vec())),
+            )
+            .await
+    }
 }
 
 impl Ec2 for NodeEc2 {

@@ -232,3 +232,32 @@ async fn a_fragmented_subnet_refuses_prefixes_in_process_until_healed() {
     );
     assert_eq!(account.tally().total(), 3, "fragmenting is no EC2 call");
 }
+
+#[tokio::test]
+async fn security_groups_are_replaced_through_the_account_and_logged() {
+    let (account, instance) = account();
+    let ec2 = NodeEc2::new(&account);
+    let eni = primary(&account, &instance);
+    let groups = account.with_model(|m| m.eni(&eni).unwrap().security_groups.clone());
+    ec2.set_security_groups(&eni, &groups).await.unwrap();
+    assert_eq!(
+        account.calls(),
+        [format!(
+            "{}({eni},groups={})",
+            Action::ModifyNetworkInterfaceAttribute,
+            groups.join(",")
+        )]
+    );
+    assert_eq!(
+        account.tally().calls[&Action::ModifyNetworkInterfaceAttribute],
+        1
+    );
+    // EC2 refuses a group it does not know, and the ENI keeps its own.
+    let e = ec2
+        .set_security_groups(&eni, &["sg-00000000000000000".to_string()])
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, CloudErrorKind::NotFound, "{e}");
+    let kept = account.with_model(|m| m.eni(&eni).unwrap().security_groups.clone());
+    assert_eq!(kept, groups);
+}
