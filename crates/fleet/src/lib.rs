@@ -47,12 +47,15 @@ pub fn simulate(kind: Kind, nodes: Option<usize>, seed: u64) -> anyhow::Result<R
     };
     // The Go CNI's settings for prefix delegation as its manifest sets them: WARM_ENI_TARGET
     // stays 1 but gives way to WARM_PREFIX_TARGET.
-    let go_targets = pool::Targets {
-        prefix_delegation: pd,
-        warm_prefix: u32::from(pd),
-        ..pool::Targets::default()
+    let go_options = go_cni::GoOptions {
+        targets: pool::Targets {
+            prefix_delegation: pd,
+            warm_prefix: u32::from(pd),
+            ..pool::Targets::default()
+        },
+        ..go_cni::GoOptions::default()
     };
-    let go_cni = side(Algorithm::GoCni(go_targets))?;
+    let go_cni = side(Algorithm::GoCni(go_options))?;
     Ok(Report {
         scenario: kind,
         nodes: scenario.nodes,

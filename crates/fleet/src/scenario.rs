@@ -7,14 +7,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use ipnetwork::Ipv4Network;
-use pool::Targets;
 use serde::Serialize;
 use tokio::time::Instant;
 use vpc_sim::Fragment;
 use vpc_sim::model::{CreateEni, Model, SubnetSpec, Topology};
 use vpc_sim::rand::Rng;
 
-use crate::go_cni::GoCni;
+use crate::go_cni::{GoCni, GoOptions};
 use crate::node::{Cni, PodRecord, Records, run_pod};
 use crate::ours::Ours;
 use vpc_sim::inproc::{Account, Options, Tally};
@@ -212,8 +211,8 @@ fn fill(model: &mut Model, keep_free: u32) -> anyhow::Result<()> {
 pub enum Algorithm {
     /// ipamd, with these settings over its defaults.
     Ours(Vec<(String, String)>),
-    /// The Go CNI's documented algorithm with these targets.
-    GoCni(Targets),
+    /// The Go CNI's algorithm, as modelled from its code, with these settings.
+    GoCni(GoOptions),
 }
 
 /// What one run left.
@@ -343,8 +342,8 @@ pub async fn run(scenario: &Scenario, algorithm: &Algorithm, seed: u64) -> anyho
                             .await,
                     )
                 }
-                Algorithm::GoCni(targets) => {
-                    let start = || GoCni::start(&account, &plan.instance, targets, node_seed);
+                Algorithm::GoCni(opts) => {
+                    let start = || GoCni::start(&account, &plan.instance, opts.clone(), node_seed);
                     Some(
                         life.run(crash_loop(&account, horizon, start).await?, plan)
                             .await,
@@ -376,7 +375,7 @@ pub async fn run(scenario: &Scenario, algorithm: &Algorithm, seed: u64) -> anyho
 
 /// Starts a node's CNI as the kubelet runs a DaemonSet pod whose container exits: again after
 /// 10 s, doubling up to 5 min (CrashLoopBackOff), until `horizon`.
-async fn crash_loop<T, F, Fut>(account: &Account, horizon: Duration, start: F) -> Option<T>
+pub async fn crash_loop<T, F, Fut>(account: &Account, horizon: Duration, start: F) -> Option<T>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<T>>,
