@@ -1,18 +1,23 @@
 //! What every simulated node shares, whichever algorithm runs it: the pods the scheduler binds
 //! to it, the kubelet's way of calling the CNI for each (a sandbox a moment after binding, a
-//! failed one retried every [`KUBELET_RETRY`]), and what is recorded of each pod.
+//! failed one retried [`KUBELET_RETRY`] to half as much again later), and what is recorded of
+//! each pod.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use vpc_sim::inproc::Account;
+use vpc_sim::rand::Rng;
 
 /// From binding to the sandbox's ADD: the kubelet sees the pod, pulls nothing (the image is
 /// there) and starts the sandbox.
 pub const SANDBOX_DELAY: Duration = Duration::from_millis(800);
 
-/// The kubelet's `backOffPeriod`: a pod whose sandbox failed is synced again this much later.
+/// The kubelet's `backOffPeriod`: a pod whose sandbox failed is synced again this much later,
+/// plus a jitter of up to half of it (`wait.Jitter(backOffPeriod, 0.5)`, pod_workers.go).
 pub const KUBELET_RETRY: Duration = Duration::from_secs(10);
+/// That jitter's factor.
+pub const KUBELET_JITTER: f64 = 0.5;
 
 /// One pod's life on its node.
 #[derive(Clone, Debug, Default)]
@@ -89,9 +94,10 @@ pub trait Cni: Send + Sync + 'static {
     fn idle(&self) -> u32;
 }
 
-/// The kubelet's handling of one pod: ADD after [`SANDBOX_DELAY`], again every
-/// [`KUBELET_RETRY`] while it fails, until it succeeds or `until` passes; then, if `lifetime`
-/// is set, DEL once it has run that long. Returns whether the pod ran.
+/// The kubelet's handling of one pod: ADD after [`SANDBOX_DELAY`], again 10 to 15 s later
+/// ([`KUBELET_RETRY`] jittered by `jitter`) while it fails, until it succeeds or `until`
+/// passes; then, if `lifetime` is set, DEL once it has run that long. Returns whether the pod
+/// ran.
 pub async fn run_pod<C: Cni>(
     cni: &C,
     account: &Account,
@@ -99,6 +105,7 @@ pub async fn run_pod<C: Cni>(
     name: &str,
     until: Duration,
     lifetime: Option<Duration>,
+    jitter: &mut Rng,
 ) -> bool {
     let i = records.bind(account.elapsed());
     cni.bound(name);
@@ -114,10 +121,11 @@ pub async fn run_pod<C: Cni>(
                 r.throttled_adds += u32::from(throttled);
             }),
         }
-        if account.elapsed() + KUBELET_RETRY >= until {
+        let retry = KUBELET_RETRY.mul_f64(1.0 + KUBELET_JITTER * jitter.unit());
+        if account.elapsed() + retry >= until {
             return false;
         }
-        tokio::time::sleep(KUBELET_RETRY).await;
+        tokio::time::sleep(retry).await;
     }
     if let Some(lifetime) = lifetime {
         tokio::time::sleep(lifetime).await;

@@ -418,11 +418,22 @@ impl Life<'_> {
             let seed = self.seed ^ (slot as u64 + 1).wrapping_mul(0x85eb_ca6b);
             slots.push(tokio::spawn(async move {
                 let mut rng = Rng::seeded(seed);
+                // The kubelet's own draws, apart from the pods' so both sides get the same pods.
+                let mut kubelet = Rng::seeded(seed ^ 0x6b75_6265_6c65_7400);
                 tokio::time::sleep(at).await;
                 let mut life = first_life;
                 for generation in 0.. {
                     let name = format!("{instance}-{slot}-{generation}");
-                    let ran = run_pod(&*cni, &account, &records, &name, horizon, life).await;
+                    let ran = run_pod(
+                        &*cni,
+                        &account,
+                        &records,
+                        &name,
+                        horizon,
+                        life,
+                        &mut kubelet,
+                    )
+                    .await;
                     if !ran || life.is_none() || account.elapsed() >= horizon {
                         break;
                     }
