@@ -1,3 +1,4 @@
-//! The integration tests of `fleet`, one binary with a module per scenario file.
+//! The integration tests of `fleet`, one binary with a module per file.
 
+mod go_cni;
 mod scenarios;
