@@ -1,7 +1,8 @@
 //! A fleet of nodes against one simulated EC2 account, on a simulated clock: the real ipamd
-//! daemon (its planner, its controller, its client-side EC2 rate limit) beside the Go CNI's
-//! documented algorithm, node for node, pod for pod, with the same launches. EC2 is vpc-sim's
-//! model behind EC2's account-wide request buckets, with latencies, and IMDS a little behind.
+//! daemon (its planner, its controller, its client-side EC2 rate limit) beside a model of the
+//! Go CNI's ipamd written from its code, node for node, pod for pod, with the same launches.
+//! EC2 is vpc-sim's model behind EC2's account-wide request buckets, with latencies, and IMDS
+//! a little behind.
 
 pub mod go_cni;
 pub mod host;
