@@ -15,12 +15,22 @@ pub mod scenario;
 use std::time::Instant;
 
 use report::{Report, Side};
-use scenario::{Algorithm, Kind, Scenario};
+use scenario::{Algorithm, Kind, Networking, Scenario};
 
 /// Runs `kind` at `nodes` nodes (its documented size when `None`) with each algorithm in
 /// turn, on a paused clock; the same `seed` gives both the same launches and pods.
 pub fn simulate(kind: Kind, nodes: Option<usize>, seed: u64) -> anyhow::Result<Report> {
-    let scenario = Scenario::new(kind, nodes);
+    simulate_with(kind, nodes, seed, Networking::default())
+}
+
+/// [`simulate`] with prefix delegation and/or custom networking on both sides.
+pub fn simulate_with(
+    kind: Kind,
+    nodes: Option<usize>,
+    seed: u64,
+    networking: Networking,
+) -> anyhow::Result<Report> {
+    let scenario = Scenario::new(kind, nodes).with_networking(networking);
     let started = Instant::now();
     let side = |algorithm: Algorithm| -> anyhow::Result<Side> {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -32,11 +42,17 @@ pub fn simulate(kind: Kind, nodes: Option<usize>, seed: u64) -> anyhow::Result<R
     };
     let scarce = kind == Kind::Scarcity;
     let pd = scenario.prefix_delegation();
+    let custom = scenario.custom_networking();
+    // Max pods is left to each side's default: 110 with prefix delegation on both.
     let ours_env = |scarcity: bool| -> Vec<(String, String)> {
         let mut env = vec![("SUBNET_SCARCITY_MODE", scarcity.to_string())];
         if pd {
             env.push(("ENABLE_PREFIX_DELEGATION", "true".to_string()));
             env.push(("WARM_PREFIX_TARGET", "1".to_string()));
+        }
+        if custom {
+            // The node's ENIConfig comes with its cluster view (scenario::run).
+            env.push(("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "true".to_string()));
         }
         env.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     };
@@ -47,19 +63,23 @@ pub fn simulate(kind: Kind, nodes: Option<usize>, seed: u64) -> anyhow::Result<R
         None
     };
     // The Go CNI's settings for prefix delegation as its manifest sets them: WARM_ENI_TARGET
-    // stays 1 but gives way to WARM_PREFIX_TARGET.
+    // stays 1 but gives way to WARM_PREFIX_TARGET. Under custom networking each node's
+    // ENIConfig subnet is filled in by scenario::run.
     let go_options = go_cni::GoOptions {
         targets: pool::Targets {
             prefix_delegation: pd,
             warm_prefix: u32::from(pd),
             ..pool::Targets::default()
         },
+        custom_networking: custom,
         ..go_cni::GoOptions::default()
     };
     let go_cni = side(Algorithm::GoCni(go_options))?;
     Ok(Report {
         scenario: kind,
         nodes: scenario.nodes,
+        prefix_delegation: pd,
+        custom_networking: custom,
         ours,
         go_cni,
         ours_without_scarcity_mode: without,

@@ -1,8 +1,9 @@
-//! `fleet --scenario launch|churn|scarcity|throttle|fragmented [--nodes N] [--json] [--plot FILE]`: one
-//! scenario, both algorithms, the figures printed (and plotted).
+//! `fleet --scenario launch|churn|scarcity|throttle|fragmented [--nodes N]
+//! [--prefix-delegation] [--custom-networking] [--json] [--plot FILE]`: one scenario, both
+//! algorithms, the figures printed (and plotted).
 
 use clap::Parser;
-use fleet::scenario::Kind;
+use fleet::scenario::{Kind, Networking};
 
 #[derive(Parser)]
 #[command(
@@ -24,11 +25,23 @@ struct Args {
     /// Also draw the pods with an address over time into this PNG.
     #[arg(long)]
     plot: Option<std::path::PathBuf>,
+    /// Both sides with prefix delegation, WARM_PREFIX_TARGET=1 (the fragmented scenario
+    /// always runs so).
+    #[arg(long)]
+    prefix_delegation: bool,
+    /// Both sides with custom networking: pods on ENIs in an ENIConfig's subnet beside each
+    /// node subnet, never on the primary ENI.
+    #[arg(long)]
+    custom_networking: bool,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let report = fleet::simulate(args.scenario, args.nodes, args.seed)?;
+    let networking = Networking {
+        prefix_delegation: args.prefix_delegation,
+        custom_networking: args.custom_networking,
+    };
+    let report = fleet::simulate_with(args.scenario, args.nodes, args.seed, networking)?;
     if let Some(path) = &args.plot {
         fleet::plot::plot(&report, path)?;
     }
@@ -36,8 +49,11 @@ fn main() -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
-            "{:?}: {} nodes, {} s simulated in {:.1} s",
-            report.scenario, report.nodes, report.simulated_seconds, report.wall_seconds
+            "{}: {} nodes, {} s simulated in {:.1} s",
+            report.title(),
+            report.nodes,
+            report.simulated_seconds,
+            report.wall_seconds
         );
         let mut sides = vec![("ours", &report.ours), ("go_cni", &report.go_cni)];
         if let Some(w) = &report.ours_without_scarcity_mode {

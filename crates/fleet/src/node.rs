@@ -3,6 +3,7 @@
 //! failed one retried [`KUBELET_RETRY`] to half as much again later), and what is recorded of
 //! each pod.
 
+use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -26,6 +27,8 @@ pub struct PodRecord {
     pub bound_at: Duration,
     /// When its ADD succeeded, if it did.
     pub placed_at: Option<Duration>,
+    /// The address that ADD gave it.
+    pub address: Option<Ipv4Addr>,
     /// ADDs that failed.
     pub failed_adds: u32,
     /// Of those, ADDs that failed while the node's last EC2 answer was `RequestLimitExceeded`.
@@ -70,8 +73,8 @@ impl Records {
 
 /// How an ADD ended.
 pub enum AddOutcome {
-    /// The pod has an address.
-    Placed,
+    /// The pod has an address (this one, when IPv4).
+    Placed(Option<Ipv4Addr>),
     /// It failed; `throttled` when EC2 throttling is the cause the node gives.
     Failed {
         /// The cause is EC2 throttling.
@@ -112,8 +115,11 @@ pub async fn run_pod<C: Cni>(
     tokio::time::sleep(SANDBOX_DELAY).await;
     loop {
         match cni.add(name).await {
-            AddOutcome::Placed => {
-                records.update(i, |r| r.placed_at = Some(account.elapsed()));
+            AddOutcome::Placed(address) => {
+                records.update(i, |r| {
+                    r.placed_at = Some(account.elapsed());
+                    r.address = address;
+                });
                 break;
             }
             AddOutcome::Failed { throttled } => records.update(i, |r| {

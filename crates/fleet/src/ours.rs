@@ -8,10 +8,12 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use cloud::throttle::{ThrottlePolicy, Throttled};
-use cluster::{ApiState, ClusterView, NodeFacts, PodFacts};
+use cluster::{
+    ApiState, ClusterView, EniConfigKeys, EniConfigSpec, EniConfigs, NodeFacts, PodFacts,
+};
 use introspect::Metrics;
 use ipam_proto::{
-    AddRequest, AttachmentKey, DelReason, DelRequest, NoAddressCause, PodMeta, Request,
+    AddRequest, AttachmentKey, DelReason, DelRequest, NoAddressCause, PodMeta, Reply, Request,
 };
 use ipamd::config::Config;
 use ipamd::daemon::{LostState, PersistError, Tasks};
@@ -65,11 +67,14 @@ fn meta(name: &str) -> PodMeta {
 impl Ours {
     /// Starts ipamd on `instance` with `env` over ipamd's defaults (no leaked-ENI cleanup: the
     /// fleet leaks nothing), with every background task ipamd's main runs (`seed` spreads the
-    /// periodic checks).
+    /// periodic checks). With `eni_config` (a name and its spec) the cluster holds that
+    /// ENIConfig and the node names it with the label `ENI_CONFIG_LABEL_DEF` defaults to,
+    /// which is what custom networking reads.
     pub async fn start(
         account: &Arc<Account>,
         instance: &str,
         env: &[(String, String)],
+        eni_config: Option<(String, EniConfigSpec)>,
         seed: u64,
     ) -> anyhow::Result<Ours> {
         let mut vars: HashMap<String, String> = [
@@ -91,14 +96,20 @@ impl Ours {
         let identity = cloud::node_identity(&imds).await.context("IMDS")?;
         let ec2 = Throttled::new(NodeEc2::new(account), ThrottlePolicy::default())
             .context("the client-side rate limits")?;
+        let labels = eni_config
+            .iter()
+            .map(|(name, _)| (EniConfigKeys::default().label, name.clone()))
+            .collect();
+        let eni_configs = eni_config.map(|(name, spec)| EniConfigs::from([(name, Ok(spec))]));
         let (view, seen) = watch::channel(ClusterView {
             api: ApiState::Connected,
             node_name: Some(instance.to_string()),
             node: Some(NodeFacts {
                 name: instance.to_string(),
+                labels,
                 ..Default::default()
             }),
-            eni_configs: None,
+            eni_configs,
             eni_configs_error: None,
             pods: Some(Vec::new()),
         });
@@ -161,7 +172,10 @@ impl Cni for Ours {
             netns: format!("/var/run/netns/{name}"),
         });
         match self.daemon.handle(request).await {
-            Ok(_) => AddOutcome::Placed,
+            Ok(reply) => AddOutcome::Placed(match reply {
+                Reply::Add(add) => add.allocation.ip,
+                _ => None,
+            }),
             Err(e) => AddOutcome::Failed {
                 throttled: e.cause == Some(NoAddressCause::Ec2Throttling),
             },

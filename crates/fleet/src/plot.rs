@@ -64,8 +64,9 @@ pub fn plot(report: &Report, path: &Path) -> anyhow::Result<()> {
     let mut chart = ChartBuilder::on(&root)
         .caption(
             format!(
-                "{:?}, {} nodes: pods with an address",
-                report.scenario, report.nodes
+                "{}, {} nodes: pods with an address",
+                report.title(),
+                report.nodes
             ),
             ("sans-serif", 24),
         )

@@ -44,6 +44,12 @@ pub struct Side {
     /// refused every prefix.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pods_placed_while_fragmented: Option<u64>,
+    /// Custom networking: placed pods whose address is in a node subnet (a primary ENI's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pods_in_node_subnets: Option<u64>,
+    /// Custom networking: placed pods whose address is in an ENIConfig's subnet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pods_in_eni_config_subnets: Option<u64>,
     /// Addresses the nodes' ENIs hold in delegated /28 prefixes at the end, as EC2 has them.
     pub prefix_addresses_at_end: u64,
     /// Secondary /32 addresses the nodes' ENIs hold at the end, as EC2 has them.
@@ -83,6 +89,14 @@ impl std::fmt::Display for Side {
                 f,
                 ", {placed}/{bound} placed while fragmented, {} addresses in /28s and {} /32s at the end",
                 self.prefix_addresses_at_end, self.secondary_addresses_at_end
+            )?;
+        }
+        if let (Some(node), Some(eni_config)) =
+            (self.pods_in_node_subnets, self.pods_in_eni_config_subnets)
+        {
+            write!(
+                f,
+                ", pods in the ENIConfig's subnets {eni_config}, in the nodes' {node}"
             )?;
         }
         Ok(())
@@ -133,6 +147,8 @@ impl Side {
             pods_placed_while_fragmented: while_fragmented(&|p, healed| {
                 p.placed_at.is_some_and(|t| t < healed)
             }),
+            pods_in_node_subnets: run.pods_in.map(|p| p.node_subnets),
+            pods_in_eni_config_subnets: run.pods_in.map(|p| p.eni_config_subnets),
             prefix_addresses_at_end: run.held.in_prefixes,
             secondary_addresses_at_end: run.held.secondary,
             calls_by_api: run
@@ -158,6 +174,10 @@ pub struct Report {
     pub scenario: crate::scenario::Kind,
     /// Nodes.
     pub nodes: usize,
+    /// Both sides ran with prefix delegation (`WARM_PREFIX_TARGET=1`).
+    pub prefix_delegation: bool,
+    /// Both sides ran with custom networking (pods in an ENIConfig's subnet).
+    pub custom_networking: bool,
     /// ipamd.
     pub ours: Side,
     /// The Go CNI's algorithm.
@@ -172,6 +192,20 @@ pub struct Report {
     pub healed_at_seconds: Option<u64>,
     /// Wall-clock time the run took.
     pub wall_seconds: f64,
+}
+
+impl Report {
+    /// The scenario and the options it ran with, e.g. `launch, prefix delegation`.
+    pub fn title(&self) -> String {
+        let mut t = format!("{:?}", self.scenario).to_lowercase();
+        if self.prefix_delegation {
+            t.push_str(", prefix delegation");
+        }
+        if self.custom_networking {
+            t.push_str(", custom networking");
+        }
+        t
+    }
 }
 
 #[cfg(test)]

@@ -2,10 +2,13 @@
 //! simulated account, each given its pods by the scheduler once its CNI is up, on the
 //! simulated clock.
 
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use cluster::EniConfigSpec;
 use ipnetwork::Ipv4Network;
 use serde::Serialize;
 use tokio::time::Instant;
@@ -39,6 +42,29 @@ pub enum Kind {
     Fragmented,
 }
 
+/// How the nodes' pods are networked, on both sides (`--prefix-delegation`,
+/// `--custom-networking`); every scenario runs either, both or neither (the fragmented one
+/// always with prefix delegation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Networking {
+    /// Pods get addresses from delegated /28 prefixes, `WARM_PREFIX_TARGET=1`, max pods 110.
+    pub prefix_delegation: bool,
+    /// Pods get addresses only on ENIs in their node's ENIConfig subnet (a subnet of its own
+    /// beside the node's, in the same AZ), never on the primary ENI.
+    pub custom_networking: bool,
+}
+
+/// The tag that marks a pod subnet (custom networking) and names its ENIConfig.
+pub const ENI_CONFIG_TAG: &str = "fleet.vpc-cni/eniconfig";
+/// The tag of a pod subnet holding the CIDR of the node subnet whose nodes it serves.
+pub const NODE_SUBNET_TAG: &str = "fleet.vpc-cni/node-subnet";
+/// Addresses a pod subnet holds per node at least: max pods with prefix delegation (110) in
+/// /28s is 112, plus its ENIs' primaries.
+const POD_SUBNET_PER_NODE: usize = 128;
+/// Where the pod subnets go: VPC CIDRs associated for them, /16 after /16, from 100.64.0.0
+/// (the range EKS's custom-networking guide uses).
+const POD_CIDR_BASE: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 0);
+
 /// A scenario's parameters.
 #[derive(Clone, Debug)]
 pub struct Scenario {
@@ -69,6 +95,9 @@ pub struct Scenario {
     /// address (`Fragment::All`) from the start until this time, when the strays go (at or
     /// past the horizon: never).
     pub fragmented_until: Option<Duration>,
+    /// Prefix delegation and custom networking, as asked for (the fragmented scenario
+    /// implies prefix delegation).
+    pub networking: Networking,
 }
 
 impl Scenario {
@@ -87,6 +116,7 @@ impl Scenario {
             free_per_node: None,
             storm: None,
             fragmented_until: None,
+            networking: Networking::default(),
         };
         let s = match kind {
             Kind::Launch => base,
@@ -125,14 +155,26 @@ impl Scenario {
         }
     }
 
-    /// Whether the nodes run with prefix delegation (WARM_PREFIX_TARGET=1).
+    /// The same scenario with `networking` on both sides.
+    pub fn with_networking(self, networking: Networking) -> Scenario {
+        Scenario { networking, ..self }
+    }
+
+    /// Whether the nodes run with prefix delegation (WARM_PREFIX_TARGET=1): asked for, or
+    /// in the fragmented scenario.
     pub fn prefix_delegation(&self) -> bool {
-        self.fragmented_until.is_some()
+        self.networking.prefix_delegation || self.fragmented_until.is_some()
+    }
+
+    /// Whether pods go on ENIs in an ENIConfig's subnet (custom networking).
+    pub fn custom_networking(&self) -> bool {
+        self.networking.custom_networking
     }
 
     /// The VPC, 10.0.0.0/16: one /18 per 250 nodes (at most 1,000); in the scarcity
     /// scenario one /17 that others fill but for `free_per_node` per node; in the fragmented
-    /// one a /17 with a stray address in every /28 block.
+    /// one a /17 with a stray address in every /28 block. With custom networking, a pod
+    /// subnet beside each ([`pod_subnets`]), which is then the one others fill.
     fn model(&self, seed: u64) -> anyhow::Result<Model> {
         let (prefix, subnets) = if self.free_per_node.is_some() {
             (17, 1)
@@ -150,21 +192,28 @@ impl Scenario {
             (18, self.nodes.div_ceil(250).max(1))
         };
         let size = 1u32 << (32 - prefix);
-        let specs: Vec<SubnetSpec> = (0..subnets as u32)
+        let share = |i: usize| self.nodes / subnets + usize::from(i < self.nodes % subnets);
+        let mut specs: Vec<SubnetSpec> = (0..subnets as u32)
             .map(|i| {
                 let base = u32::from(std::net::Ipv4Addr::new(10, 0, 0, 0)) + i * size;
                 let mut spec = SubnetSpec::new(Ipv4Network::new(base.into(), prefix)?);
-                let share = self.nodes / subnets + usize::from((i as usize) < self.nodes % subnets);
-                spec.nodes = (i > 0).then_some(share);
+                spec.nodes = (i > 0).then_some(share(i as usize));
                 if self.fragmented_until.is_some() {
                     spec.fragment = Fragment::All;
                 }
                 Ok(spec)
             })
             .collect::<anyhow::Result<_>>()?;
+        let mut secondary_cidrs = Vec::new();
+        if self.custom_networking() {
+            let shares: Vec<usize> = (0..subnets).map(share).collect();
+            let (pods, cidrs) = pod_subnets(&specs, &shares)?;
+            specs.extend(pods);
+            secondary_cidrs = cidrs;
+        }
         let topology = Topology {
             vpc_cidr: "10.0.0.0/16".parse()?,
-            secondary_cidrs: Vec::new(),
+            secondary_cidrs,
             region: "us-west-2".into(),
             subnets: specs,
             nodes: self.nodes,
@@ -178,16 +227,65 @@ impl Scenario {
             .map_err(|e| anyhow::anyhow!("the fleet's VPC: {e}"))?;
         if let Some(per_node) = self.free_per_node {
             let keep = u32::try_from(self.nodes)?.saturating_mul(per_node);
-            fill(&mut model, keep)?;
+            // The subnet the pods' addresses come from is the scarce one: the ENIConfig's
+            // under custom networking.
+            let scarce = model
+                .subnets()
+                .into_iter()
+                .find(|s| s.tags.contains_key(ENI_CONFIG_TAG) == self.custom_networking())
+                .map(|s| s.id.clone())
+                .context("no subnet to fill")?;
+            fill(&mut model, &scarce, keep)?;
         }
         Ok(model)
     }
 }
 
-/// Fills the first subnet with others' ENIs (50 addresses each) until `keep_free` addresses
-/// are left.
-fn fill(model: &mut Model, keep_free: u32) -> anyhow::Result<()> {
-    let subnet = model.subnets()[0].clone();
+/// Custom networking's pod subnets: one per node subnet (`shares[i]` nodes in `nodes[i]`),
+/// in its AZ, as large as it or [`POD_SUBNET_PER_NODE`] addresses per node, whichever is
+/// more (up to a /16), with its strays if it has them; tagged with the ENIConfig naming it
+/// and the node subnet it serves. They go in VPC CIDRs of their own, /16s from
+/// [`POD_CIDR_BASE`], which are returned too.
+fn pod_subnets(
+    nodes: &[SubnetSpec],
+    shares: &[usize],
+) -> anyhow::Result<(Vec<SubnetSpec>, Vec<Ipv4Network>)> {
+    let base = u32::from(POD_CIDR_BASE);
+    let mut next = base;
+    let mut specs = Vec::new();
+    for (i, (node, share)) in nodes.iter().zip(shares).enumerate() {
+        let want = (share * POD_SUBNET_PER_NODE)
+            .max(1 << (32 - node.cidr.prefix()))
+            .next_power_of_two();
+        anyhow::ensure!(
+            want <= 1 << 16,
+            "{share} nodes need a pod subnet larger than a /16 under custom networking"
+        );
+        let size = u32::try_from(want)?;
+        let at = next.next_multiple_of(size);
+        next = at + size;
+        let mut spec = SubnetSpec::new(Ipv4Network::new(at.into(), 32 - size.ilog2() as u8)?);
+        spec.az.clone_from(&node.az);
+        spec.nodes = Some(0);
+        spec.fragment = node.fragment;
+        let name = format!("pods-{i}");
+        spec.tags.insert("Name".into(), name.clone());
+        spec.tags.insert(ENI_CONFIG_TAG.into(), name);
+        spec.tags
+            .insert(NODE_SUBNET_TAG.into(), node.cidr.to_string());
+        specs.push(spec);
+    }
+    let cidrs = (base..next)
+        .step_by(1 << 16)
+        .map(|at| Ipv4Network::new(at.into(), 16))
+        .collect::<Result<_, _>>()?;
+    Ok((specs, cidrs))
+}
+
+/// Fills `subnet` with others' ENIs (50 addresses each) until `keep_free` addresses are
+/// left.
+fn fill(model: &mut Model, subnet: &str, keep_free: u32) -> anyhow::Result<()> {
+    let subnet = model.subnet(subnet)?.clone();
     while model.subnet(&subnet.id)?.available_ip_address_count() > keep_free {
         let free = model.subnet(&subnet.id)?.available_ip_address_count();
         let take = (free - keep_free).clamp(1, 50);
@@ -219,6 +317,8 @@ pub enum Algorithm {
 pub struct Run {
     /// Every pod's record.
     pub pods: Vec<PodRecord>,
+    /// Custom networking: where placed pods' addresses are.
+    pub pods_in: Option<PodsIn>,
     /// What EC2 answered.
     pub tally: Tally,
     /// Addresses held by the nodes and used by no pod, at the end.
@@ -259,6 +359,75 @@ struct Plan {
     instance: String,
     launch: Duration,
     pods: Vec<(Duration, Option<Duration>)>,
+    /// Custom networking: the node's ENIConfig, by name.
+    eni_config: Option<(String, EniConfigSpec)>,
+}
+
+/// Custom networking: each node's ENIConfig (by instance), as the cluster holds them: the
+/// pod subnet serving the node's subnet, with the primary ENI's security groups. Empty
+/// without pod subnets.
+fn eni_configs(model: &Model) -> BTreeMap<String, (String, EniConfigSpec)> {
+    let subnets = model.subnets();
+    let pods_of = |node_subnet: &str| {
+        let cidr = subnets
+            .iter()
+            .find(|s| s.id == node_subnet)?
+            .cidr
+            .to_string();
+        let pods = subnets
+            .iter()
+            .find(|s| s.tags.get(NODE_SUBNET_TAG) == Some(&cidr))?;
+        Some((pods.tags.get(ENI_CONFIG_TAG)?.clone(), pods.id.clone()))
+    };
+    model
+        .instances()
+        .into_iter()
+        .filter_map(|i| {
+            let (name, subnet) = pods_of(&i.subnet_id)?;
+            let security_groups = model
+                .enis()
+                .into_iter()
+                .find(|e| e.id == i.primary_eni)
+                .map(|e| e.security_groups.clone())
+                .unwrap_or_default();
+            let spec = EniConfigSpec {
+                subnet,
+                security_groups,
+            };
+            Some((i.id.clone(), (name, spec)))
+        })
+        .collect()
+}
+
+/// Where placed pods' addresses are: in their node's own subnet, or in a pod subnet (an
+/// ENIConfig's, custom networking); by address, since the subnets do not overlap.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PodsIn {
+    /// In a subnet nodes are launched in (the primary ENIs').
+    pub node_subnets: u64,
+    /// In an ENIConfig's subnet.
+    pub eni_config_subnets: u64,
+}
+
+impl PodsIn {
+    fn of(model: &Model, pods: &[PodRecord]) -> PodsIn {
+        let subnets = model.subnets();
+        let in_subnet = |ip: Ipv4Addr, pod_subnet: bool| {
+            subnets
+                .iter()
+                .any(|s| s.tags.contains_key(ENI_CONFIG_TAG) == pod_subnet && s.cidr.contains(ip))
+        };
+        let count = |pod_subnet: bool| {
+            pods.iter()
+                .filter_map(|p| p.address)
+                .filter(|ip| in_subnet(*ip, pod_subnet))
+                .count() as u64
+        };
+        PodsIn {
+            node_subnets: count(false),
+            eni_config_subnets: count(true),
+        }
+    }
 }
 
 /// Runs `scenario` with `algorithm`; `seed` makes the run repeatable (the same seed gives
@@ -291,11 +460,13 @@ pub async fn run(scenario: &Scenario, algorithm: &Algorithm, seed: u64) -> anyho
     });
     let records = Records::default();
     let mut rng = Rng::seeded(seed);
+    let configs = account.with_model(|m| eni_configs(m));
     let instances: Vec<String> =
         account.with_model(|m| m.instances().iter().map(|i| i.id.clone()).collect());
     let plans: Vec<Plan> = instances
         .into_iter()
         .map(|instance| {
+            let eni_config = configs.get(&instance).cloned();
             let launch = scenario.launch_window.mul_f64(rng.unit()) + scenario.boot;
             let (lo, hi) = scenario.pods;
             let n = lo + (rng.unit() * f64::from(hi - lo + 1)) as u32;
@@ -312,6 +483,7 @@ pub async fn run(scenario: &Scenario, algorithm: &Algorithm, seed: u64) -> anyho
                 instance,
                 launch,
                 pods,
+                eni_config,
             }
         })
         .collect();
@@ -334,15 +506,27 @@ pub async fn run(scenario: &Scenario, algorithm: &Algorithm, seed: u64) -> anyho
                 seed: node_seed,
                 end,
             };
+            let eni_config = plan.eni_config.clone();
             match algorithm {
                 Algorithm::Ours(env) => {
-                    let start = || Ours::start(&account, &plan.instance, &env, node_seed);
+                    let start = || {
+                        Ours::start(
+                            &account,
+                            &plan.instance,
+                            &env,
+                            eni_config.clone(),
+                            node_seed,
+                        )
+                    };
                     Some(
                         life.run(crash_loop(&account, horizon, start).await?, plan)
                             .await,
                     )
                 }
-                Algorithm::GoCni(opts) => {
+                Algorithm::GoCni(mut opts) => {
+                    if opts.custom_networking {
+                        opts.eni_config_subnet = eni_config.map(|(_, spec)| spec.subnet);
+                    }
                     let start = || GoCni::start(&account, &plan.instance, opts.clone(), node_seed);
                     Some(
                         life.run(crash_loop(&account, horizon, start).await?, plan)
@@ -363,8 +547,13 @@ pub async fn run(scenario: &Scenario, algorithm: &Algorithm, seed: u64) -> anyho
     if let Some(heal) = heal {
         heal.await.context("the heal task")??;
     }
+    let pods = records.all();
+    let pods_in = scenario
+        .custom_networking()
+        .then(|| account.with_model(|m| PodsIn::of(m, &pods)));
     Ok(Run {
-        pods: records.all(),
+        pods,
+        pods_in,
         tally: account.tally(),
         idle,
         nodes_down,

@@ -485,7 +485,7 @@ impl Cni for GoCni {
         let now = stamp(&self.node.account);
         let mut st = self.node.state();
         match st.pool.assign(&key(name), &PodInfo::default(), now) {
-            Ok(_) => AddOutcome::Placed,
+            Ok((allocated, _)) => AddOutcome::Placed(Some(allocated.ip)),
             Err(_) => AddOutcome::Failed {
                 throttled: st.throttled,
             },

@@ -98,7 +98,7 @@ async fn sleep(secs: u64) {
 /// Places pod `name`, trying every second for a minute.
 async fn place(cni: &GoCni, name: &str) {
     for _ in 0..60 {
-        if matches!(cni.add(name).await, AddOutcome::Placed) {
+        if matches!(cni.add(name).await, AddOutcome::Placed(_)) {
             return;
         }
         sleep(1).await;
