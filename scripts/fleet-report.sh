@@ -52,7 +52,7 @@ for pid in "${pids[@]}"; do
 done
 
 row() { # file side name
-  jq -r --arg side "$2" --arg name "$3" '.[$side] | "| \($name) | \(.ec2_calls_per_node * 10 | round / 10) | \(.throttled_calls) | \(.pods_placed) / \(.pods_bound) | \(.pods_failed) | \(.pods_failed_throttling) | \(.pods_delayed) | \(.pods_with_failed_add) | \(.address_p50_ms) | \(.address_p99_ms) | \(.idle_addresses) |"' "$1"
+  jq -r --arg side "$2" --arg name "$3" '.[$side] | "| \($name) | \(.ec2_calls_per_node * 10 | round / 10) | \(.throttled_calls) | \(.pods_placed) / \(.pods_bound) | \(.pods_failed) | \(.pods_failed_throttling) | \(.pods_delayed) | \(.pods_with_failed_add) | \(.address_p50_ms // "never") | \(.address_p99_ms // "never") | \(.idle_addresses) |"' "$1"
 }
 fragment_row() { # file side name
   jq -r --arg side "$2" --arg name "$3" '.[$side] | "| \($name) | \(.pods_placed_while_fragmented) / \(.pods_bound_while_fragmented) | \(.prefix_addresses_at_end) | \(.secondary_addresses_at_end) |"' "$1"

@@ -29,10 +29,12 @@ pub struct Side {
     pub pods_placed: u64,
     /// Pods bound.
     pub pods_bound: u64,
-    /// From binding to address, over placed pods: median and 99th percentile.
-    pub address_p50_ms: u64,
+    /// From binding to address, over every pod bound, a pod never placed counting as
+    /// forever: median and 99th percentile; `None` (never) when that rank is a pod never
+    /// placed. Over placed pods alone, the side that places fewer would look faster.
+    pub address_p50_ms: Option<u64>,
     /// See `address_p50_ms`.
-    pub address_p99_ms: u64,
+    pub address_p99_ms: Option<u64>,
     /// Addresses the nodes hold that no pod uses, at the end.
     pub idle_addresses: u64,
     /// Nodes whose CNI did not start.
@@ -68,7 +70,7 @@ impl std::fmt::Display for Side {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{:.1} calls/node, {} throttled, {}/{} placed, {} failed ({} by throttling), {} delayed, {} with a failed ADD, p50 {} ms, p99 {} ms, {} idle",
+            "{:.1} calls/node, {} throttled, {}/{} placed, {} failed ({} by throttling), {} delayed, {} with a failed ADD, p50 {}, p99 {}, {} idle",
             self.ec2_calls_per_node,
             self.throttled_calls,
             self.pods_placed,
@@ -77,8 +79,8 @@ impl std::fmt::Display for Side {
             self.pods_failed_throttling,
             self.pods_delayed,
             self.pods_with_failed_add,
-            self.address_p50_ms,
-            self.address_p99_ms,
+            ms(self.address_p50_ms),
+            ms(self.address_p99_ms),
             self.idle_addresses
         )?;
         if let (Some(bound), Some(placed)) = (
@@ -103,9 +105,14 @@ impl std::fmt::Display for Side {
     }
 }
 
-fn percentile(sorted: &[u64], p: f64) -> u64 {
+fn ms(t: Option<u64>) -> String {
+    t.map_or_else(|| "never".to_string(), |t| format!("{t} ms"))
+}
+
+/// Nearest rank `p` of `sorted`, `None` sorting last (a pod never placed).
+fn percentile(sorted: &[Option<u64>], p: f64) -> Option<u64> {
     if sorted.is_empty() {
-        return 0;
+        return Some(0);
     }
     let rank = ((sorted.len() as f64) * p).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
@@ -114,13 +121,17 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 impl Side {
     /// The figures of `run` over `nodes` nodes.
     pub fn of(run: &Run, nodes: usize) -> Side {
-        let mut waits: Vec<u64> = run
+        let mut waits: Vec<Option<u64>> = run
             .pods
             .iter()
-            .filter_map(|p| p.placed_at.map(|t| t.saturating_sub(p.bound_at)))
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .map(|p| {
+                p.placed_at.map(|t| {
+                    u64::try_from(t.saturating_sub(p.bound_at).as_millis()).unwrap_or(u64::MAX)
+                })
+            })
             .collect();
-        waits.sort_unstable();
+        waits.sort_unstable_by_key(|w| w.unwrap_or(u64::MAX));
+        let placed = waits.iter().filter(|w| w.is_some()).count() as u64;
         let count = |f: &dyn Fn(&crate::node::PodRecord) -> bool| {
             run.pods.iter().filter(|p| f(p)).count() as u64
         };
@@ -137,7 +148,7 @@ impl Side {
                 p.placed_at
                     .is_some_and(|t| t.saturating_sub(p.bound_at) > DELAYED)
             }),
-            pods_placed: waits.len() as u64,
+            pods_placed: placed,
             pods_bound: run.pods.len() as u64,
             address_p50_ms: percentile(&waits, 0.50),
             address_p99_ms: percentile(&waits, 0.99),
@@ -214,10 +225,19 @@ mod tests {
 
     #[test]
     fn percentiles_are_nearest_rank() {
-        let v: Vec<u64> = (1..=100).collect();
-        assert_eq!(percentile(&v, 0.5), 50);
-        assert_eq!(percentile(&v, 0.99), 99);
-        assert_eq!(percentile(&[7], 0.99), 7);
-        assert_eq!(percentile(&[], 0.5), 0);
+        let v: Vec<Option<u64>> = (1..=100).map(Some).collect();
+        assert_eq!(percentile(&v, 0.5), Some(50));
+        assert_eq!(percentile(&v, 0.99), Some(99));
+        assert_eq!(percentile(&[Some(7)], 0.99), Some(7));
+        assert_eq!(percentile(&[], 0.5), Some(0));
+    }
+
+    #[test]
+    fn pods_never_placed_count_as_forever() {
+        // 40 placed at once, 60 never: the median is "never", not the placed pods' 800 ms.
+        let mut v: Vec<Option<u64>> = vec![Some(800); 40];
+        v.extend(vec![None; 60]);
+        assert_eq!(percentile(&v, 0.5), None);
+        assert_eq!(percentile(&v, 0.4), Some(800));
     }
 }

@@ -78,8 +78,10 @@ fn ours_no_worse(r: &Report) {
     assert!(total > 0, "ours' EC2 calls are counted");
     assert!((r.ours.ec2_calls_per_node - total as f64 / NODES as f64).abs() < 1e-9);
     assert!(r.ours.ec2_calls_per_node < r.go_cni.ec2_calls_per_node);
-    assert!(r.ours.address_p50_ms <= r.go_cni.address_p50_ms);
-    assert!(r.ours.address_p99_ms <= r.go_cni.address_p99_ms);
+    // A pod never placed waits forever.
+    let no_later = |a: Option<u64>, b: Option<u64>| a.unwrap_or(u64::MAX) <= b.unwrap_or(u64::MAX);
+    assert!(no_later(r.ours.address_p50_ms, r.go_cni.address_p50_ms));
+    assert!(no_later(r.ours.address_p99_ms, r.go_cni.address_p99_ms));
 }
 
 #[test]
