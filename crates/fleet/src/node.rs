@@ -23,8 +23,9 @@ pub const KUBELET_JITTER: f64 = 0.5;
 /// One pod's life on its node.
 #[derive(Clone, Debug, Default)]
 pub struct PodRecord {
-    /// When the scheduler bound it (since the start).
-    pub bound_at: Duration,
+    /// When its owner created it (since the start), with its node or, replacing a pod, as
+    /// that one went. The scheduler binds it once the node's CNI has started.
+    pub created_at: Duration,
     /// When its ADD succeeded, if it did.
     pub placed_at: Option<Duration>,
     /// The address that ADD gave it.
@@ -40,11 +41,11 @@ pub struct PodRecord {
 pub struct Records(Arc<Mutex<Vec<PodRecord>>>);
 
 impl Records {
-    /// Records a pod bound now; returns its index.
+    /// Records a pod created at `at`; returns its index.
     pub fn bind(&self, at: Duration) -> usize {
         let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         all.push(PodRecord {
-            bound_at: at,
+            created_at: at,
             ..Default::default()
         });
         all.len() - 1
@@ -105,12 +106,12 @@ pub async fn run_pod<C: Cni>(
     cni: &C,
     account: &Account,
     records: &Records,
-    name: &str,
+    (name, created): (&str, Duration),
     until: Duration,
     lifetime: Option<Duration>,
     jitter: &mut Rng,
 ) -> bool {
-    let i = records.bind(account.elapsed());
+    let i = records.bind(created);
     cni.bound(name);
     tokio::time::sleep(SANDBOX_DELAY).await;
     loop {

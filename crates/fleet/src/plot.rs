@@ -1,5 +1,5 @@
 //! The plot of a run (PNG): pods with an address over simulated time, one line per
-//! algorithm, and the pods bound.
+//! algorithm, and the pods created.
 
 use std::path::Path;
 
@@ -84,11 +84,11 @@ pub fn plot(report: &Report, path: &Path) -> anyhow::Result<()> {
         .label_style(("sans-serif", 15))
         .draw()
         .map_err(draw_error)?;
-    let bound = cumulative(&report.ours.bound_at_s, end);
+    let bound = cumulative(&report.ours.created_at_s, end);
     chart
         .draw_series(LineSeries::new(bound, BLACK.mix(0.4).stroke_width(1)))
         .map_err(draw_error)?
-        .label("pods bound")
+        .label("pods created")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.4)));
     if let Some(healed) = report.healed_at_seconds {
         // Green, apart from the grid's greys and the sides' colours.

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::scenario::Run;
 
-/// A pod is delayed when its address comes later than this after it was bound: one period
+/// A pod is delayed when its address comes later than this after it was created: one period
 /// of a pool loop.
 pub const DELAYED: Duration = Duration::from_secs(5);
 
@@ -21,15 +21,16 @@ pub struct Side {
     pub pods_failed: u64,
     /// Of those, pods whose ADDs failed while their node's EC2 calls were being throttled.
     pub pods_failed_throttling: u64,
-    /// Pods placed more than 5 s after being bound.
+    /// Pods placed more than 5 s after being created.
     pub pods_delayed: u64,
     /// Pods with at least one failed ADD (a sandbox error their owner sees), placed or not.
     pub pods_with_failed_add: u64,
     /// Pods that got an address before the end.
     pub pods_placed: u64,
-    /// Pods bound.
+    /// Pods created, the same on both sides (the pods of a node whose CNI never started
+    /// included). The name is the report's since before pods were timed from creation.
     pub pods_bound: u64,
-    /// From binding to address, over every pod bound, a pod never placed counting as
+    /// From creation to address, over every pod created, a pod never placed counting as
     /// forever: median and 99th percentile; `None` (never) when that rank is a pod never
     /// placed. Over placed pods alone, the side that places fewer would look faster.
     pub address_p50_ms: Option<u64>,
@@ -39,7 +40,7 @@ pub struct Side {
     pub idle_addresses: u64,
     /// Nodes whose CNI did not start.
     pub nodes_down: usize,
-    /// Fragmented scenario: pods bound before the subnet's strays went.
+    /// Fragmented scenario: pods created before the subnet's strays went.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pods_bound_while_fragmented: Option<u64>,
     /// Fragmented scenario: pods that got their address before the strays went, while EC2
@@ -58,9 +59,9 @@ pub struct Side {
     pub secondary_addresses_at_end: u64,
     /// EC2 requests by API.
     pub calls_by_api: std::collections::BTreeMap<String, u64>,
-    /// When each pod was bound, in seconds (for the plot).
+    /// When each pod was created, in seconds (for the plot).
     #[serde(skip)]
-    pub bound_at_s: Vec<f64>,
+    pub created_at_s: Vec<f64>,
     /// When each placed pod got its address, in seconds (for the plot).
     #[serde(skip)]
     pub placed_at_s: Vec<f64>,
@@ -126,7 +127,7 @@ impl Side {
             .iter()
             .map(|p| {
                 p.placed_at.map(|t| {
-                    u64::try_from(t.saturating_sub(p.bound_at).as_millis()).unwrap_or(u64::MAX)
+                    u64::try_from(t.saturating_sub(p.created_at).as_millis()).unwrap_or(u64::MAX)
                 })
             })
             .collect();
@@ -146,7 +147,7 @@ impl Side {
             pods_with_failed_add: count(&|p| p.failed_adds > 0),
             pods_delayed: count(&|p| {
                 p.placed_at
-                    .is_some_and(|t| t.saturating_sub(p.bound_at) > DELAYED)
+                    .is_some_and(|t| t.saturating_sub(p.created_at) > DELAYED)
             }),
             pods_placed: placed,
             pods_bound: run.pods.len() as u64,
@@ -154,7 +155,7 @@ impl Side {
             address_p99_ms: percentile(&waits, 0.99),
             idle_addresses: run.idle,
             nodes_down: run.nodes_down,
-            pods_bound_while_fragmented: while_fragmented(&|p, healed| p.bound_at < healed),
+            pods_bound_while_fragmented: while_fragmented(&|p, healed| p.created_at < healed),
             pods_placed_while_fragmented: while_fragmented(&|p, healed| {
                 p.placed_at.is_some_and(|t| t < healed)
             }),
@@ -168,7 +169,11 @@ impl Side {
                 .iter()
                 .map(|(action, n)| (action.to_string(), *n))
                 .collect(),
-            bound_at_s: run.pods.iter().map(|p| p.bound_at.as_secs_f64()).collect(),
+            created_at_s: run
+                .pods
+                .iter()
+                .map(|p| p.created_at.as_secs_f64())
+                .collect(),
             placed_at_s: run
                 .pods
                 .iter()

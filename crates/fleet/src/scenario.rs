@@ -518,20 +518,16 @@ pub async fn run(scenario: &Scenario, algorithm: &Algorithm, seed: u64) -> anyho
                             node_seed,
                         )
                     };
-                    Some(
-                        life.run(crash_loop(&account, horizon, start).await?, plan)
-                            .await,
-                    )
+                    life.run_if_started(crash_loop(&account, horizon, start).await, plan)
+                        .await
                 }
                 Algorithm::GoCni(mut opts) => {
                     if opts.custom_networking {
                         opts.eni_config_subnet = eni_config.map(|(_, spec)| spec.subnet);
                     }
                     let start = || GoCni::start(&account, &plan.instance, opts.clone(), node_seed);
-                    Some(
-                        life.run(crash_loop(&account, horizon, start).await?, plan)
-                            .await,
-                    )
+                    life.run_if_started(crash_loop(&account, horizon, start).await, plan)
+                        .await
                 }
             }
         }));
@@ -595,10 +591,27 @@ struct Life<'a> {
 impl Life<'_> {
     /// One node's life: its pods bound, run and (with churn) replaced until the end; returns
     /// the addresses it holds unused then.
+    /// [`Life::run`] on a node whose CNI started; `None` for one whose CNI never did, its
+    /// pods recorded as created and never placed.
+    async fn run_if_started<C: Cni>(&self, cni: Option<C>, plan: Plan) -> Option<u32> {
+        match cni {
+            Some(cni) => Some(self.run(cni, plan).await),
+            None => {
+                for (at, _) in &plan.pods {
+                    self.records.bind(plan.launch + *at);
+                }
+                None
+            }
+        }
+    }
+
     async fn run<C: Cni>(&self, cni: C, plan: Plan) -> u32 {
         let cni = Arc::new(cni);
         let mut slots = Vec::new();
         for (slot, (at, first_life)) in plan.pods.into_iter().enumerate() {
+            // Created with the node: bound to it once its CNI has started, which may be later
+            // (a crash loop), and timed from its creation either way.
+            let created = plan.launch + at;
             let cni = Arc::clone(&cni);
             let account = Arc::clone(self.account);
             let records = self.records.clone();
@@ -609,20 +622,23 @@ impl Life<'_> {
                 let mut rng = Rng::seeded(seed);
                 // The kubelet's own draws, apart from the pods' so both sides get the same pods.
                 let mut kubelet = Rng::seeded(seed ^ 0x6b75_6265_6c65_7400);
-                tokio::time::sleep(at).await;
+                tokio::time::sleep(created.saturating_sub(account.elapsed())).await;
                 let mut life = first_life;
+                let mut created = created;
                 for generation in 0.. {
                     let name = format!("{instance}-{slot}-{generation}");
                     let ran = run_pod(
                         &*cni,
                         &account,
                         &records,
-                        &name,
+                        (&name, created),
                         horizon,
                         life,
                         &mut kubelet,
                     )
                     .await;
+                    // Its replacement is created as it goes.
+                    created = account.elapsed();
                     if !ran || life.is_none() || account.elapsed() >= horizon {
                         break;
                     }

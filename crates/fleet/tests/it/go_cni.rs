@@ -354,7 +354,7 @@ async fn the_kubelet_retries_a_failed_sandbox_10_to_15_s_later() {
         &cni,
         &account,
         &Records::default(),
-        "p",
+        ("p", Duration::ZERO),
         until,
         None,
         &mut jitter,

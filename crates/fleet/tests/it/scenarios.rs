@@ -47,6 +47,14 @@ fn a_throttling_storm_fails_no_pod_of_ours_by_throttling() {
         "the storm reached EC2's answers"
     );
     assert_eq!((r.ours.pods_failed, r.ours.pods_failed_throttling), (0, 0));
+    // The same pods on both sides, timed from their creation: a node whose CNI cannot start
+    // in the storm (the Go CNI's init is fatal when EC2 refuses it) keeps its pods waiting.
+    assert_eq!(r.ours.pods_bound, r.go_cni.pods_bound);
+    let go_p99 = r.go_cni.address_p99_ms.unwrap_or(u64::MAX);
+    assert!(
+        go_p99 >= 20_000,
+        "the Go CNI's p99 {go_p99} ms hides its crash loop"
+    );
 }
 
 #[test]
