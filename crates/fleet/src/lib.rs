@@ -12,7 +12,10 @@ pub mod plot;
 pub mod report;
 pub mod scenario;
 
-use std::time::Instant;
+/// 2026-01-01T00:00:00Z: wall time as the simulated day starts (both sides' clocks and tags).
+pub const EPOCH: Duration = Duration::from_secs(1_767_225_600);
+
+use std::time::{Duration, Instant};
 
 use report::{Report, Side};
 use scenario::{Algorithm, Kind, Networking, Scenario};

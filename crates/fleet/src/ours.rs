@@ -31,12 +31,9 @@ type SimDaemon = Daemon<Throttled<NodeEc2>, NodeImds, SimHost, MemoryStore>;
 /// The pool's clock: the account's (simulated) time, from a fixed epoch.
 struct SimClock(Arc<Account>);
 
-/// 2026-01-01T00:00:00Z: wall time as the simulated day starts.
-const EPOCH_MS: u64 = 1_767_225_600_000;
-
 impl Clock for SimClock {
     fn now(&self) -> Timestamp {
-        Timestamp(EPOCH_MS + u64::try_from(self.0.elapsed().as_millis()).unwrap_or(0))
+        Timestamp(u64::try_from((crate::EPOCH + self.0.elapsed()).as_millis()).unwrap_or(0))
     }
 }
 

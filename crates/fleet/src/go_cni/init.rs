@@ -3,7 +3,7 @@
 //! with the process (awsutils.go:464).
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::Context;
 use cloud::{CloudErrorKind, Ec2, EniFilter};
@@ -13,7 +13,7 @@ use vpc_sim::rand::Rng;
 
 use super::{
     COOLDOWN, CREATED_AT_TAG, DESCRIPTION_PREFIX, ENI_EC2_TRIES, GoCni, GoOptions, HALF_LOOP,
-    NODE_TAG, Node, PD_MAX_PODS, State,
+    NODE_TAG, Node, PD_MAX_PODS, State, Tasks,
 };
 
 /// `maxRetryCheckENI` + 1 tries of setupENI at init, `eniAttachTime` apart (ipamd.go:61-62).
@@ -25,40 +25,15 @@ const CLEANUP_DELAY_MAX: u64 = 300;
 const CLEANUP_PERIOD: Duration = Duration::from_secs(3_600);
 /// `eniDeleteCooldownTime` (awsutils.go:90): a leaked ENI younger than this is left alone.
 const LEAK_MIN_AGE: Duration = Duration::from_secs(300);
-/// 2026-01-01T00:00:00Z as the simulated day starts, for the createdAt tag.
-const EPOCH_DAY: u32 = 1;
-
-/// `createdAt` as RFC 3339, `elapsed` into the simulated day (January 2026; runs are hours).
+/// `createdAt` as RFC 3339, `elapsed` after the simulated day starts.
 pub(super) fn created_at(elapsed: Duration) -> String {
-    let s = elapsed.as_secs();
-    let day = EPOCH_DAY as u64 + s / 86_400;
-    format!(
-        "2026-01-{day:02}T{:02}:{:02}:{:02}Z",
-        (s / 3_600) % 24,
-        (s / 60) % 60,
-        s % 60
-    )
+    humantime::format_rfc3339_seconds(UNIX_EPOCH + crate::EPOCH + elapsed).to_string()
 }
 
-/// The time since the start a `createdAt` tag written by [`created_at`] stands for.
+/// The time since the start a `createdAt` tag stands for.
 fn parse_created_at(tag: &str) -> Option<Duration> {
-    let rest = tag.strip_prefix("2026-01-")?.strip_suffix('Z')?;
-    let (day, time) = rest.split_once('T')?;
-    let mut hms = time.split(':').map(str::parse::<u64>);
-    let (h, m, s) = (hms.next()?.ok()?, hms.next()?.ok()?, hms.next()?.ok()?);
-    let day = day.parse::<u64>().ok()?.checked_sub(EPOCH_DAY as u64)?;
-    Some(Duration::from_secs(day * 86_400 + h * 3_600 + m * 60 + s))
-}
-
-/// Aborts the tasks of a start that failed (the process exits with them).
-struct Tasks(Vec<tokio::task::JoinHandle<()>>);
-
-impl Drop for Tasks {
-    fn drop(&mut self) {
-        for t in &self.0 {
-            t.abort();
-        }
-    }
+    let at = humantime::parse_rfc3339(tag).ok()?;
+    at.duration_since(UNIX_EPOCH + crate::EPOCH).ok()
 }
 
 /// One process start: `ipamd.New` and `nodeInit`, then the pool loop.
@@ -193,7 +168,7 @@ pub(super) async fn start(
     tasks.0.push(pool_loop);
     Ok(GoCni {
         node,
-        tasks: std::mem::take(&mut tasks.0),
+        _tasks: tasks,
     })
 }
 
@@ -256,5 +231,23 @@ impl Node {
             }
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn created_at_tags_read_back_as_the_time_they_were_written() {
+        let at = Duration::from_secs(3 * 3_600 + 61);
+        assert_eq!(created_at(at), "2026-01-01T03:01:01Z");
+        assert_eq!(parse_created_at(&created_at(at)), Some(at));
+        assert_eq!(
+            parse_created_at("2025-12-31T23:59:59Z"),
+            None,
+            "before the day"
+        );
+        assert_eq!(parse_created_at("yesterday"), None);
     }
 }

@@ -118,12 +118,16 @@ struct Node {
 /// The Go CNI's ipamd on one node.
 pub struct GoCni {
     node: Arc<Node>,
-    tasks: Vec<JoinHandle<()>>,
+    /// Ended with it, as the process's goroutines are.
+    _tasks: Tasks,
 }
 
-impl Drop for GoCni {
+/// A process's background tasks, aborted when it goes (also when its start fails).
+struct Tasks(Vec<JoinHandle<()>>);
+
+impl Drop for Tasks {
     fn drop(&mut self) {
-        for t in &self.tasks {
+        for t in &self.0 {
             t.abort();
         }
     }
