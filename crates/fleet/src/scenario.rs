@@ -477,3 +477,51 @@ impl Life<'_> {
         cni.idle()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cidrs(m: &Model) -> Vec<String> {
+        m.vpc().cidrs().iter().map(|c| c.to_string()).collect()
+    }
+
+    #[test]
+    fn the_vpc_takes_a_slash_16_per_1000_nodes_up_to_5000() {
+        let m = Scenario::new(Kind::Launch, Some(1_000)).model(1).unwrap();
+        assert_eq!(cidrs(&m), ["10.0.0.0/16"]);
+        let subnets: Vec<String> = m.subnets().iter().map(|s| s.cidr.to_string()).collect();
+        assert_eq!(
+            subnets,
+            [
+                "10.0.0.0/18",
+                "10.0.64.0/18",
+                "10.0.128.0/18",
+                "10.0.192.0/18"
+            ]
+        );
+
+        let m = Scenario::new(Kind::Launch, Some(2_001)).model(1).unwrap();
+        assert_eq!(cidrs(&m), ["10.0.0.0/16", "10.1.0.0/16", "10.2.0.0/16"]);
+        let last = m.subnets().last().map(|s| s.cidr.to_string());
+        assert_eq!(
+            (m.subnets().len(), last.as_deref()),
+            (9, Some("10.2.0.0/18"))
+        );
+        assert_eq!(m.instances().len(), 2_001);
+
+        let m = Scenario::new(Kind::Launch, Some(MAX_NODES))
+            .model(1)
+            .unwrap();
+        assert_eq!((cidrs(&m).len(), m.subnets().len()), (5, 20));
+        let err = Scenario::new(Kind::Launch, Some(MAX_NODES + 1))
+            .model(1)
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            err.as_deref()
+                .is_some_and(|e| e.starts_with("at most 5000 nodes fit the VPC, not 5001")),
+            "{err:?}"
+        );
+    }
+}
