@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One fleet scenario: ipamd beside the Go CNI's documented algorithm, on one simulated EC2
+# One fleet scenario: ipamd beside the Go CNI's algorithm as its code has it, on one simulated EC2
 # account and a simulated clock (crates/fleet).
 #
 #   scripts/fleet.sh --scenario launch|churn|scarcity|throttle|fragmented [--nodes N]
@@ -22,11 +22,13 @@
 #                        same AZ), never on the primary ENI: AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG
 #                        for ours, custom_networking with that subnet for the Go CNI's model
 #
-# --nodes runs a smaller (or larger) fleet; --json prints {"scenario", "nodes",
-# "prefix_delegation", "custom_networking", "ours": {...}, "go_cni": {...}} with each side's
-# figures; --plot draws the pods with an address over time. Needs no root. Builds the
-# simulator (release) first. scripts/fleet-report.sh runs every scenario at full size, and
-# the launch with each option, and writes docs/reports/fleet.md.
+# --nodes runs a smaller (or larger) fleet: up to 5,000 nodes in launch, churn and throttle
+# (one /18 subnet per 250 nodes; past 1,000, a secondary /16 CIDR per 1,000 more), up to 400
+# in fragmented. --json prints {"scenario", "nodes", "prefix_delegation",
+# "custom_networking", "ours": {...}, "go_cni": {...}} with each side's figures; --plot draws
+# the pods with an address over time. Needs no root. Builds the simulator (release) first.
+# scripts/fleet-report.sh runs every scenario at full size, and the launch with each option,
+# and writes docs/reports/fleet.md.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

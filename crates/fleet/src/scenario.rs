@@ -100,6 +100,14 @@ pub struct Scenario {
     pub networking: Networking,
 }
 
+/// Nodes in each /18 subnet of the launch, churn and throttle scenarios.
+const NODES_PER_SUBNET: usize = 250;
+/// Nodes in each /16 CIDR of the VPC: four /18 subnets.
+const NODES_PER_CIDR: usize = 4 * NODES_PER_SUBNET;
+/// The most nodes the VPC holds: EC2 associates at most five IPv4 CIDRs with a VPC by
+/// default (the primary and four secondary ones), each a /16 at most.
+pub const MAX_NODES: usize = 5 * NODES_PER_CIDR;
+
 impl Scenario {
     /// The scenario `kind` with `nodes` nodes (its documented size when `None`).
     pub fn new(kind: Kind, nodes: Option<usize>) -> Scenario {
@@ -171,13 +179,17 @@ impl Scenario {
         self.networking.custom_networking
     }
 
-    /// The VPC, 10.0.0.0/16: one /18 per 250 nodes (at most 1,000); in the scarcity
-    /// scenario one /17 that others fill but for `free_per_node` per node; in the fragmented
-    /// one a /17 with a stray address in every /28 block. With custom networking, a pod
-    /// subnet beside each ([`pod_subnets`]), which is then the one others fill.
+    /// The VPC, 10.0.0.0/16: one /18 per 250 nodes, from 10.0.0.0/18 on. Up to 1,000 nodes
+    /// they fit the /16; each further 1,000 take a secondary /16 CIDR (10.1.0.0/16,
+    /// 10.2.0.0/16, ...), up to the four more EC2 associates with a VPC by default: at most
+    /// 5,000 nodes. In the scarcity scenario one /17 that others fill but for `free_per_node`
+    /// per node; in the fragmented one a /17 with a stray address in every /28 block. With
+    /// custom networking, a pod subnet beside each ([`pod_subnets`]), which is then the one
+    /// others fill; its CIDRs come on top of the nodes' (EC2's quota of CIDRs per VPC can be
+    /// raised to 50).
     fn model(&self, seed: u64) -> anyhow::Result<Model> {
-        let (prefix, subnets) = if self.free_per_node.is_some() {
-            (17, 1)
+        let (prefix, subnets, cidrs) = if self.free_per_node.is_some() {
+            (17, 1, 1)
         } else if self.fragmented_until.is_some() {
             // A /17 less its 2,048 strays holds 30,715 free addresses; on /32s alone an
             // m5.xlarge holds at most 4 ENIs × (14 secondaries + a primary), 60: 400 nodes
@@ -186,11 +198,30 @@ impl Scenario {
                 self.nodes <= 400,
                 "at most 400 nodes fit the fragmented /17"
             );
-            (17, 1)
+            (17, 1, 1)
         } else {
-            anyhow::ensure!(self.nodes <= 1_000, "at most 1,000 nodes fit the VPC");
-            (18, self.nodes.div_ceil(250).max(1))
+            anyhow::ensure!(
+                self.nodes <= MAX_NODES,
+                "at most {MAX_NODES} nodes fit the VPC, not {}: 250 in each /18 subnet, four \
+                 subnets in each /16 CIDR, and five CIDRs, EC2's default quota for a VPC",
+                self.nodes
+            );
+            (
+                18,
+                self.nodes.div_ceil(NODES_PER_SUBNET).max(1),
+                self.nodes.div_ceil(NODES_PER_CIDR).max(1),
+            )
         };
+        // The /16s after 10.0.0.0/16 that the subnets reach into: 10.1.0.0/16 and on.
+        let mut secondary_cidrs = (1..cidrs)
+            .map(|i| {
+                let second = u8::try_from(i).context("too many CIDRs")?;
+                Ok(Ipv4Network::new(
+                    std::net::Ipv4Addr::new(10, second, 0, 0),
+                    16,
+                )?)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let size = 1u32 << (32 - prefix);
         let share = |i: usize| self.nodes / subnets + usize::from(i < self.nodes % subnets);
         let mut specs: Vec<SubnetSpec> = (0..subnets as u32)
@@ -204,12 +235,11 @@ impl Scenario {
                 Ok(spec)
             })
             .collect::<anyhow::Result<_>>()?;
-        let mut secondary_cidrs = Vec::new();
         if self.custom_networking() {
             let shares: Vec<usize> = (0..subnets).map(share).collect();
             let (pods, cidrs) = pod_subnets(&specs, &shares)?;
             specs.extend(pods);
-            secondary_cidrs = cidrs;
+            secondary_cidrs.extend(cidrs);
         }
         let topology = Topology {
             vpc_cidr: "10.0.0.0/16".parse()?,
@@ -651,5 +681,53 @@ impl Life<'_> {
             s.abort();
         }
         cni.idle()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cidrs(m: &Model) -> Vec<String> {
+        m.vpc().cidrs().iter().map(|c| c.to_string()).collect()
+    }
+
+    #[test]
+    fn the_vpc_takes_a_slash_16_per_1000_nodes_up_to_5000() {
+        let m = Scenario::new(Kind::Launch, Some(1_000)).model(1).unwrap();
+        assert_eq!(cidrs(&m), ["10.0.0.0/16"]);
+        let subnets: Vec<String> = m.subnets().iter().map(|s| s.cidr.to_string()).collect();
+        assert_eq!(
+            subnets,
+            [
+                "10.0.0.0/18",
+                "10.0.64.0/18",
+                "10.0.128.0/18",
+                "10.0.192.0/18"
+            ]
+        );
+
+        let m = Scenario::new(Kind::Launch, Some(2_001)).model(1).unwrap();
+        assert_eq!(cidrs(&m), ["10.0.0.0/16", "10.1.0.0/16", "10.2.0.0/16"]);
+        let last = m.subnets().last().map(|s| s.cidr.to_string());
+        assert_eq!(
+            (m.subnets().len(), last.as_deref()),
+            (9, Some("10.2.0.0/18"))
+        );
+        assert_eq!(m.instances().len(), 2_001);
+
+        let m = Scenario::new(Kind::Launch, Some(MAX_NODES))
+            .model(1)
+            .unwrap();
+        assert_eq!((cidrs(&m).len(), m.subnets().len()), (5, 20));
+        let err = Scenario::new(Kind::Launch, Some(MAX_NODES + 1))
+            .model(1)
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            err.as_deref()
+                .is_some_and(|e| e.starts_with("at most 5000 nodes fit the VPC, not 5001")),
+            "{err:?}"
+        );
     }
 }

@@ -7,6 +7,11 @@ use crate::model::Tags;
 
 /// True when `value` matches `pattern` (`*` any run, `?` one character).
 pub fn glob(pattern: &str, value: &str) -> bool {
+    // Without a wildcard, a pattern matches only itself (and costs no allocation: a filter
+    // scan runs this for every value of every item).
+    if !pattern.contains(['*', '?']) {
+        return pattern == value;
+    }
     let (p, v): (Vec<char>, Vec<char>) = (pattern.chars().collect(), value.chars().collect());
     let (mut pi, mut vi) = (0, 0);
     let mut star: Option<(usize, usize)> = None;

@@ -46,8 +46,8 @@ impl<A, N> Request<A, N> {
 /// What [`take_request`] took: (addresses, prefixes).
 type Taken<S> = (Vec<<S as Space>::Addr>, Vec<<S as Space>::Net>);
 
-/// Takes what `req` asks for from `space`: (addresses, prefixes). On an error part of it may
-/// be taken, so callers work on a copy of the subnet's space and keep it only on success.
+/// Takes what `req` asks for from `space`: (addresses, prefixes). All or nothing: on an error
+/// whatever it took is given back, so `space` is as it was.
 pub(super) fn take_request<S: Space>(
     space: &mut S,
     req: Request<S::Addr, S::Net>,
@@ -56,8 +56,29 @@ pub(super) fn take_request<S: Space>(
 ) -> Result<Taken<S>, ModelError> {
     let mut ips = Vec::new();
     let mut prefixes = Vec::new();
+    let result = take_into(space, req, ip_error, prefix_error, &mut ips, &mut prefixes);
+    if result.is_err() {
+        for ip in ips.drain(..) {
+            space.release(ip);
+        }
+        for p in prefixes.drain(..) {
+            space.release_prefix(p);
+        }
+    }
+    result.map(|()| (ips, prefixes))
+}
+
+/// [`take_request`]'s work, recording in `ips` and `prefixes` what it took, also on an error.
+fn take_into<S: Space>(
+    space: &mut S,
+    req: Request<S::Addr, S::Net>,
+    ip_error: impl Fn(TakeError, S::Addr) -> ModelError,
+    prefix_error: impl Fn(TakeError, S::Net) -> ModelError,
+    ips: &mut Vec<S::Addr>,
+    prefixes: &mut Vec<S::Net>,
+) -> Result<(), ModelError> {
     match req {
-        Request::Count(n) => ips = space.take_any(n).ok_or(ModelError::SubnetFull)?,
+        Request::Count(n) => *ips = space.take_any(n).ok_or(ModelError::SubnetFull)?,
         Request::Addresses(wanted) => {
             no_duplicates(&wanted)?;
             for ip in wanted {
@@ -66,7 +87,7 @@ pub(super) fn take_request<S: Space>(
             }
         }
         Request::PrefixCount(n) => {
-            prefixes = space.take_prefixes(n).ok_or(ModelError::NoCidrBlocks)?;
+            *prefixes = space.take_prefixes(n).ok_or(ModelError::NoCidrBlocks)?;
         }
         Request::Prefixes(wanted) => {
             no_duplicates(&wanted)?;
@@ -76,7 +97,7 @@ pub(super) fn take_request<S: Space>(
             }
         }
     }
-    Ok((ips, prefixes))
+    Ok(())
 }
 
 /// What was newly assigned (EC2's reply lists only these).
@@ -134,19 +155,19 @@ impl Model {
         if eni.ipv4_slots() + wanted > self.ipv4_limit(eni)? {
             return Err(ModelError::PrivateIpLimit);
         }
-        let subnet = self.subnet(&eni.subnet_id)?;
-        let mut space = subnet.space.clone();
+        let subnet_id = self.subnet(&eni.subnet_id)?.id.clone();
+        let subnet = self
+            .subnets
+            .get_mut(&subnet_id)
+            .ok_or_else(|| ModelError::SubnetNotFound(vec![subnet_id.clone()]))?;
+        // All or nothing: take_request gives back what it took when it fails.
         let (ips, prefixes) = take_request(
-            &mut space,
+            &mut subnet.space,
             req,
-            |e, ip| ip_take_error(e, ip, &subnet.id),
-            |e, p| prefix_take_error(e, p, &subnet.id),
+            |e, ip| ip_take_error(e, ip, &subnet_id),
+            |e, p| prefix_take_error(e, p, &subnet_id),
         )?;
         let out = Assigned { ips, prefixes };
-        let subnet_id = subnet.id.clone();
-        if let Some(s) = self.subnets.get_mut(&subnet_id) {
-            s.space = space;
-        }
         let eni = self.eni_mut(eni_id)?;
         eni.secondary_ips.extend(stamp(out.ips.clone(), now_ms));
         eni.prefixes.extend(stamp(out.prefixes.clone(), now_ms));

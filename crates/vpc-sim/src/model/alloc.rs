@@ -9,7 +9,7 @@
 //! stray back without ever freeing an address an ENI holds, and an ENI's release can never
 //! free a stray.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
 use ipnetwork::Ipv4Network;
@@ -49,6 +49,10 @@ pub trait Space {
     fn take_prefix(&mut self, p: Self::Net) -> Result<(), TakeError>;
     /// Takes `n` free prefixes, or none.
     fn take_prefixes(&mut self, n: u32) -> Option<Vec<Self::Net>>;
+    /// Gives back an address taken with `take` or `take_any`.
+    fn release(&mut self, ip: Self::Addr);
+    /// Gives back a prefix taken with `take_prefix` or `take_prefixes`.
+    fn release_prefix(&mut self, p: Self::Net);
 }
 
 impl Space for AddressSpace {
@@ -66,6 +70,12 @@ impl Space for AddressSpace {
     fn take_prefixes(&mut self, n: u32) -> Option<Vec<Ipv4Network>> {
         AddressSpace::take_prefixes(self, n)
     }
+    fn release(&mut self, ip: Ipv4Addr) {
+        AddressSpace::release(self, ip)
+    }
+    fn release_prefix(&mut self, p: Ipv4Network) {
+        AddressSpace::release_prefix(self, p)
+    }
 }
 
 /// The used addresses of one subnet.
@@ -76,18 +86,60 @@ pub struct AddressSpace {
     used: BTreeSet<u32>,
     /// Held by someone else; disjoint from `used`.
     strays: BTreeSet<u32>,
+    /// The assignable addresses neither in `used` nor in `strays`, as ranges (first -> last,
+    /// inclusive; disjoint, none adjacent to another): an index of the two sets, so finding
+    /// the lowest free addresses does not walk every used one.
+    free: BTreeMap<u32, u32>,
     fragment: Fragment,
 }
 
 impl AddressSpace {
     /// An empty space over `cidr` (the caller validates /16../28).
     pub fn new(cidr: Ipv4Network) -> Self {
-        Self {
+        let mut space = Self {
             cidr,
             used: BTreeSet::new(),
             strays: BTreeSet::new(),
+            free: BTreeMap::new(),
             fragment: Fragment::None,
+        };
+        let (lo, hi) = (space.first() + RESERVED_AT_START, space.last() - 1);
+        if lo <= hi {
+            space.free.insert(lo, hi);
         }
+        space
+    }
+
+    /// Takes `a`, free, out of the free ranges.
+    fn occupy(&mut self, a: u32) {
+        let Some((&lo, &hi)) = self.free.range(..=a).next_back() else {
+            return;
+        };
+        if hi < a {
+            return;
+        }
+        self.free.remove(&lo);
+        if lo < a {
+            self.free.insert(lo, a - 1);
+        }
+        if a < hi {
+            self.free.insert(a + 1, hi);
+        }
+    }
+
+    /// Puts `a`, assignable and no longer used nor a stray, back into the free ranges.
+    fn vacate(&mut self, a: u32) {
+        let mut lo = a;
+        let mut hi = a;
+        if let Some((&l, &h)) = self.free.range(..a).next_back()
+            && h.checked_add(1) == Some(a)
+        {
+            lo = l;
+        }
+        if let Some(h) = a.checked_add(1).and_then(|next| self.free.remove(&next)) {
+            hi = h;
+        }
+        self.free.insert(lo, hi);
     }
 
     fn first(&self) -> u32 {
@@ -137,6 +189,7 @@ impl AddressSpace {
             return Err(TakeError::InUse);
         }
         self.used.insert(a);
+        self.occupy(a);
         Ok(())
     }
 
@@ -145,18 +198,21 @@ impl AddressSpace {
         if n > self.available() {
             return None;
         }
-        let mut out = Vec::with_capacity(n as usize);
-        let mut a = self.first() + RESERVED_AT_START;
-        while out.len() < n as usize && a < self.last() {
-            if !self.taken(a) {
-                out.push(a);
-            }
-            a += 1;
-        }
+        // The lowest free ones: the free ranges hold exactly the assignable addresses that
+        // are neither used nor strays.
+        let out: Vec<u32> = self
+            .free
+            .iter()
+            .flat_map(|(&lo, &hi)| lo..=hi)
+            .take(n as usize)
+            .collect();
         if out.len() < n as usize {
             return None;
         }
-        self.used.extend(out.iter().copied());
+        for a in &out {
+            self.used.insert(*a);
+            self.occupy(*a);
+        }
         Some(out.into_iter().map(Ipv4Addr::from).collect())
     }
 
@@ -197,7 +253,9 @@ impl AddressSpace {
     /// so the strays stay out of the way of single addresses. A block with no free address is
     /// skipped; it cannot hold a prefix anyway.
     pub fn set_fragment(&mut self, f: Fragment) {
-        self.strays.clear();
+        for a in std::mem::take(&mut self.strays) {
+            self.vacate(a);
+        }
         self.fragment = f;
         let eligible: Vec<u32> = self
             .blocks()
@@ -212,6 +270,7 @@ impl AddressSpace {
                 .find(|a| !self.used.contains(a));
             if let Some(a) = free {
                 self.strays.insert(a);
+                self.occupy(a);
             }
         }
     }
@@ -228,7 +287,7 @@ impl AddressSpace {
         }
         let mut out = Vec::with_capacity(starts.len());
         for s in starts {
-            self.used.extend(s..s + PREFIX_SIZE);
+            self.occupy_block(s);
             out.push(to_prefix(s)?);
         }
         Some(out)
@@ -249,20 +308,33 @@ impl AddressSpace {
         if !self.block_is_free(start) {
             return Err(TakeError::InUse);
         }
-        self.used.extend(start..start + PREFIX_SIZE);
+        self.occupy_block(start);
         Ok(())
+    }
+
+    /// Takes the free block at `start` whole.
+    fn occupy_block(&mut self, start: u32) {
+        for a in start..start + PREFIX_SIZE {
+            self.used.insert(a);
+            self.occupy(a);
+        }
     }
 
     /// Gives `ip` back.
     pub fn release(&mut self, ip: Ipv4Addr) {
-        self.used.remove(&u32::from(ip));
+        let a = u32::from(ip);
+        if self.used.remove(&a) {
+            self.vacate(a);
+        }
     }
 
     /// Gives all 16 addresses of `p` back.
     pub fn release_prefix(&mut self, p: Ipv4Network) {
         let start = u32::from(p.network());
         for a in start..start + PREFIX_SIZE {
-            self.used.remove(&a);
+            if self.used.remove(&a) {
+                self.vacate(a);
+            }
         }
     }
 }
@@ -455,6 +527,81 @@ mod tests {
         s.release(ip("10.0.0.20"));
         assert!(!s.in_use(ip("10.0.0.20")));
         assert_eq!(s.strays(), 14);
+    }
+
+    /// The free ranges as single addresses.
+    fn free_of(s: &AddressSpace) -> Vec<u32> {
+        s.free.iter().flat_map(|(&lo, &hi)| lo..=hi).collect()
+    }
+
+    /// What the free ranges must hold: every assignable address neither used nor a stray.
+    fn free_by_walk(s: &AddressSpace) -> Vec<u32> {
+        (s.first()..=s.last())
+            .filter(|a| !s.is_reserved(*a) && !s.taken(*a))
+            .collect()
+    }
+
+    #[test]
+    fn the_free_ranges_follow_every_change_and_give_the_lowest_free_addresses() {
+        let mut rng = crate::rand::Rng::seeded(7);
+        let mut s = space("10.0.0.0/24");
+        let mut held: Vec<Ipv4Addr> = Vec::new();
+        let mut prefixes: Vec<Ipv4Network> = Vec::new();
+        let mut pick = |n: usize| (rng.next_u64() % n as u64) as usize;
+        for step in 0..3_000 {
+            match pick(8) {
+                0 | 1 => {
+                    let n = pick(6) as u32;
+                    let want: Vec<Ipv4Addr> = free_by_walk(&s)
+                        .into_iter()
+                        .take(n as usize)
+                        .map(Ipv4Addr::from)
+                        .collect();
+                    match s.take_any(n) {
+                        Some(got) => {
+                            assert_eq!(got, want, "step {step}");
+                            held.extend(got);
+                        }
+                        None => assert!(want.len() < n as usize, "step {step}"),
+                    }
+                }
+                2 => {
+                    let ip = Ipv4Addr::from(s.first() + pick(256) as u32);
+                    if s.take(ip).is_ok() {
+                        held.push(ip);
+                    }
+                }
+                3 | 4 if !held.is_empty() => {
+                    let ip = held.swap_remove(pick(held.len()));
+                    s.release(ip);
+                }
+                5 => {
+                    if let Some(p) = s.take_prefixes(1) {
+                        prefixes.extend(p);
+                    }
+                }
+                6 if !prefixes.is_empty() => {
+                    let p = prefixes.swap_remove(pick(prefixes.len()));
+                    s.release_prefix(p);
+                }
+                7 => {
+                    // Releasing what is not held (a stray, a free address) changes nothing.
+                    s.release(Ipv4Addr::from(s.first() + pick(256) as u32));
+                    if pick(10) == 0 {
+                        let f = [Fragment::None, Fragment::All, Fragment::Percent(50)][pick(3)];
+                        s.set_fragment(f);
+                    }
+                }
+                _ => {}
+            }
+            assert_eq!(free_of(&s), free_by_walk(&s), "step {step}");
+            let adjacent = s
+                .free
+                .iter()
+                .zip(s.free.iter().skip(1))
+                .any(|(a, b)| a.1 + 1 >= *b.0);
+            assert!(!adjacent, "step {step}: ranges overlap or touch");
+        }
     }
 
     #[test]

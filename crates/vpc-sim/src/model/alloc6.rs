@@ -39,6 +39,12 @@ impl Space for Ipv6Space {
     fn take_prefixes(&mut self, n: u32) -> Option<Vec<Ipv6Network>> {
         Ipv6Space::take_prefixes(self, n)
     }
+    fn release(&mut self, ip: Ipv6Addr) {
+        Ipv6Space::release(self, ip)
+    }
+    fn release_prefix(&mut self, p: Ipv6Network) {
+        Ipv6Space::release_prefix(self, p)
+    }
 }
 
 /// The used IPv6 addresses and prefixes of one subnet.

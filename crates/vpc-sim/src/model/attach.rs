@@ -67,26 +67,30 @@ impl Model {
         };
         let id = attachment.id.clone();
         let eni = self.eni_mut(eni_id)?;
-        eni.attachment = Some(attachment);
+        eni.attachment = Some(attachment.clone());
         eni.status = EniStatus::InUse;
+        self.index_attachment(eni_id, &attachment);
         Ok(id)
     }
 
     /// DetachNetworkInterface. Returns the ENI id. The primary ENI (device 0) never detaches.
     pub fn detach_eni(&mut self, attachment_id: &str, _force: bool) -> Result<String, ModelError> {
-        let eni = self
-            .enis
-            .values_mut()
-            .find(|e| e.attachment.as_ref().is_some_and(|a| a.id == attachment_id))
-            .ok_or_else(|| ModelError::AttachmentNotFound(attachment_id.to_string()))?;
+        let not_found = || ModelError::AttachmentNotFound(attachment_id.to_string());
+        let eni_id = self
+            .attachment_enis
+            .get(attachment_id)
+            .cloned()
+            .ok_or_else(not_found)?;
+        let eni = self.enis.get_mut(&eni_id).ok_or_else(not_found)?;
         if eni.attachment.as_ref().is_some_and(|a| a.device_index == 0) {
             return Err(ModelError::OperationNotPermitted(
                 "The network interface at device index 0 cannot be detached.".into(),
             ));
         }
-        eni.attachment = None;
+        let attachment = eni.attachment.take().ok_or_else(not_found)?;
         eni.status = EniStatus::Available;
-        Ok(eni.id.clone())
+        self.unindex_attachment(&eni_id, &attachment);
+        Ok(eni_id)
     }
 
     /// Terminates an instance: ENIs with DeleteOnTermination are deleted (addresses freed), the
@@ -103,6 +107,9 @@ impl Model {
             let Some(mut eni) = self.enis.remove(&id) else {
                 continue;
             };
+            if let Some(a) = &eni.attachment {
+                self.unindex_attachment(&id, a);
+            }
             if eni
                 .attachment
                 .as_ref()

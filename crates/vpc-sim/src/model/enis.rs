@@ -4,7 +4,7 @@ use std::net::Ipv4Addr;
 
 use ipnetwork::Ipv4Network;
 
-use super::alloc::TakeError;
+use super::alloc::{AddressSpace, TakeError};
 use super::{
     EniStatus, Model, ModelError, Stamped, Tags, UNATTACHED_IPV4_LIMIT, UNATTACHED_IPV6_LIMIT,
 };
@@ -108,43 +108,36 @@ impl Model {
         if 1 + req.secondary_count + req.prefix_count > UNATTACHED_IPV4_LIMIT {
             return Err(ModelError::PrivateIpLimit);
         }
-        // Work on a copy of the subnet's book so a late failure leaves nothing taken.
-        let mut space = subnet.space.clone();
-        let primary_ip = match req.primary_ip {
-            Some(ip) => {
-                space
-                    .take(ip)
-                    .map_err(|e| ip_take_error(e, ip, &subnet.id))?;
-                ip
-            }
-            None => space
-                .take_any(1)
-                .and_then(|v| v.first().copied())
-                .ok_or(ModelError::SubnetFull)?,
-        };
-        let secondaries = space
-            .take_any(req.secondary_count)
-            .ok_or(ModelError::SubnetFull)?;
-        let prefixes = space
-            .take_prefixes(req.prefix_count)
-            .ok_or(ModelError::NoCidrBlocks)?;
+        let (subnet_id, az) = (subnet.id.clone(), subnet.az.clone());
         let v6_count = req
             .ipv6_address_count
             .unwrap_or(u32::from(subnet.assign_ipv6_on_creation()));
+        // IPv6 works on a copy of the subnet's book, kept only on success.
         let mut space6 = subnet.ipv6.as_ref().map(|v| v.space.clone());
+        let space = &mut self
+            .subnets
+            .get_mut(&subnet_id)
+            .ok_or_else(|| ModelError::SubnetNotFound(vec![subnet_id.clone()]))?
+            .space;
+        // All or nothing: what is taken is given back when a later step fails.
+        let (primary_ip, secondaries, prefixes) = take_ipv4(space, &req, &subnet_id)?;
         let ipv6_addresses = match (&mut space6, v6_count) {
-            (_, 0) => Vec::new(),
-            (None, _) => return Err(ModelError::SubnetWithoutIpv6(subnet.id.clone())),
-            (Some(_), n) if n > UNATTACHED_IPV6_LIMIT => {
-                return Err(ModelError::Ipv6Limit {
-                    eni_id: "(new)".into(),
-                    limit: UNATTACHED_IPV6_LIMIT,
-                });
+            (_, 0) => Ok(Vec::new()),
+            (None, _) => Err(ModelError::SubnetWithoutIpv6(subnet_id.clone())),
+            (Some(_), n) if n > UNATTACHED_IPV6_LIMIT => Err(ModelError::Ipv6Limit {
+                eni_id: "(new)".into(),
+                limit: UNATTACHED_IPV6_LIMIT,
+            }),
+            (Some(s6), n) => s6.take_any(n).ok_or(ModelError::SubnetFull),
+        };
+        let ipv6_addresses = match ipv6_addresses {
+            Ok(v) => v,
+            Err(e) => {
+                give_back(space, primary_ip, &secondaries, &prefixes);
+                return Err(e);
             }
-            (Some(s6), n) => s6.take_any(n).ok_or(ModelError::SubnetFull)?,
         };
 
-        let (subnet_id, az) = (subnet.id.clone(), subnet.az.clone());
         let id = self.ids.id("eni");
         let mac = self.ids.mac();
         let eni = Eni {
@@ -165,11 +158,10 @@ impl Model {
             security_groups: groups,
             created_ms: now_ms,
         };
-        if let Some(s) = self.subnets.get_mut(&subnet_id) {
-            s.space = space;
-            if let (Some(v6), Some(space6)) = (s.ipv6.as_mut(), space6) {
-                v6.space = space6;
-            }
+        if let Some(s) = self.subnets.get_mut(&subnet_id)
+            && let (Some(v6), Some(space6)) = (s.ipv6.as_mut(), space6)
+        {
+            v6.space = space6;
         }
         Ok(self.enis.entry(id).or_insert(eni).clone())
     }
@@ -235,6 +227,51 @@ impl Model {
             }
         }
         Ok(())
+    }
+}
+
+/// Takes a new ENI's IPv4 addresses from its subnet's `space`: the primary (the one asked for,
+/// else the lowest free), the secondaries, then the prefixes; all or nothing.
+fn take_ipv4(
+    space: &mut AddressSpace,
+    req: &CreateEni,
+    subnet_id: &str,
+) -> Result<(Ipv4Addr, Vec<Ipv4Addr>, Vec<Ipv4Network>), ModelError> {
+    let primary_ip = match req.primary_ip {
+        Some(ip) => {
+            space
+                .take(ip)
+                .map_err(|e| ip_take_error(e, ip, subnet_id))?;
+            ip
+        }
+        None => space
+            .take_any(1)
+            .and_then(|v| v.first().copied())
+            .ok_or(ModelError::SubnetFull)?,
+    };
+    let Some(secondaries) = space.take_any(req.secondary_count) else {
+        give_back(space, primary_ip, &[], &[]);
+        return Err(ModelError::SubnetFull);
+    };
+    let Some(prefixes) = space.take_prefixes(req.prefix_count) else {
+        give_back(space, primary_ip, &secondaries, &[]);
+        return Err(ModelError::NoCidrBlocks);
+    };
+    Ok((primary_ip, secondaries, prefixes))
+}
+
+/// Gives back what [`take_ipv4`] took.
+fn give_back(
+    space: &mut AddressSpace,
+    primary: Ipv4Addr,
+    secondaries: &[Ipv4Addr],
+    prefixes: &[Ipv4Network],
+) {
+    for ip in std::iter::once(&primary).chain(secondaries) {
+        space.release(*ip);
+    }
+    for p in prefixes {
+        space.release_prefix(*p);
     }
 }
 

@@ -154,6 +154,11 @@ pub struct Model {
     subnets: BTreeMap<String, Subnet>,
     instances: BTreeMap<String, Instance>,
     enis: BTreeMap<String, Eni>,
+    /// The ENIs attached to each instance, and the ENI of each attachment id: an index of
+    /// `enis`' attachments, kept with them, so an instance's ENIs are found without a look at
+    /// every ENI of the VPC.
+    attached: BTreeMap<String, BTreeSet<String>>,
+    attachment_enis: BTreeMap<String, String>,
     security_groups: BTreeMap<String, SecurityGroup>,
     types: InstanceTable,
     extra_types: BTreeSet<String>,
@@ -204,6 +209,8 @@ impl Model {
             subnets: BTreeMap::new(),
             instances: BTreeMap::new(),
             enis: BTreeMap::new(),
+            attached: BTreeMap::new(),
+            attachment_enis: BTreeMap::new(),
             security_groups: [(default_group.id.clone(), default_group)].into(),
             types,
             extra_types: BTreeSet::new(),
@@ -486,7 +493,8 @@ impl Model {
         if let Some(eni) = self.enis.get_mut(&eni_id) {
             eni.description = "Primary network interface".to_string();
             eni.status = EniStatus::InUse;
-            eni.attachment = Some(attachment);
+            eni.attachment = Some(attachment.clone());
+            self.index_attachment(&eni_id, &attachment);
         }
         let instance = Instance {
             id: id.clone(),
@@ -569,17 +577,37 @@ impl Model {
 
     /// ENIs attached to `instance_id`, by device index.
     pub fn enis_of(&self, instance_id: &str) -> Vec<&Eni> {
+        // In id order before the (stable) sort, as a walk over `enis` finds them.
         let mut v: Vec<&Eni> = self
-            .enis
-            .values()
-            .filter(|e| {
-                e.attachment
-                    .as_ref()
-                    .is_some_and(|a| a.instance_id == instance_id)
-            })
+            .attached
+            .get(instance_id)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.enis.get(id))
             .collect();
         v.sort_by_key(|e| e.attachment.as_ref().map(|a| a.device_index));
         v
+    }
+
+    /// Adds ENI `eni_id`'s new `attachment` to the index of attachments.
+    fn index_attachment(&mut self, eni_id: &str, attachment: &Attachment) {
+        self.attached
+            .entry(attachment.instance_id.clone())
+            .or_default()
+            .insert(eni_id.to_string());
+        self.attachment_enis
+            .insert(attachment.id.clone(), eni_id.to_string());
+    }
+
+    /// Takes ENI `eni_id`'s ended `attachment` out of the index of attachments.
+    fn unindex_attachment(&mut self, eni_id: &str, attachment: &Attachment) {
+        if let Some(ids) = self.attached.get_mut(&attachment.instance_id) {
+            ids.remove(eni_id);
+            if ids.is_empty() {
+                self.attached.remove(&attachment.instance_id);
+            }
+        }
+        self.attachment_enis.remove(&attachment.id);
     }
 
     /// Fresh random hex (request ids, tokens).
