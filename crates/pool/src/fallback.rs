@@ -15,8 +15,10 @@ use serde::Serialize;
 
 use crate::time::Timestamp;
 
-/// First wait before prefixes are asked for again after a refusal.
-pub const PREFIX_RETRY_FIRST: Duration = Duration::from_secs(15);
+/// First wait before prefixes are asked for again after a refusal. A subnet whose /28s are
+/// all taken seldom frees one within seconds, and a fleet that launches into it asks all at
+/// once: shorter first waits cost refused and throttled calls for nothing.
+pub const PREFIX_RETRY_FIRST: Duration = Duration::from_secs(60);
 
 /// Longest wait between two asks: blocks free up as other nodes give addresses back, and a
 /// node should notice within minutes, while a fragmented subnet costs one refused call per
@@ -128,7 +130,7 @@ mod tests {
     const T0: Timestamp = Timestamp(1_000_000);
 
     #[test]
-    fn refusals_back_off_from_fifteen_seconds_to_five_minutes() {
+    fn refusals_back_off_from_a_minute_to_five_minutes() {
         let mut f = PrefixFallbacks::default();
         let mut now = T0;
         let mut waits = Vec::new();
@@ -144,7 +146,7 @@ mod tests {
             now = s.retry_at;
             assert!(!f.refuses("subnet-a", now), "due at retry_at");
         }
-        assert_eq!(waits, [15, 30, 60, 120, 240, 300, 300]);
+        assert_eq!(waits, [60, 120, 240, 300, 300, 300, 300]);
         assert_eq!(
             f.subnets["subnet-a"].since, T0,
             "since is the first refusal"

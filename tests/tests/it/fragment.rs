@@ -106,9 +106,13 @@ fn a_fragmented_subnet_serves_pods_by_slash_32s_until_prefixes_come_back() {
     assert!(metric(&vbox, "vpccni_prefix_fallback_ip_addresses") >= 6.0);
     assert!(metric(&vbox, "vpccni_prefix_refusals_total") >= 1.0);
 
-    // The strays go: once its backoff ends, ipamd gets a prefix again.
+    // The strays go. Six more pods take the node below its warm target with every slot
+    // full of /32s: it needs room, so once the backoff ends it gives a free /32 back to ask
+    // for a prefix in its slot, and gets one. (A node with what it needs asks only once the
+    // fallback is five minutes old, unless a slot frees.)
     let report = vbox.set_fragment(&subnet, json!("none"));
     assert_eq!(report["strays"], 0, "{report}");
+    let (filler_pods, filler_results) = vbox.add_pods(1, 6);
     testkit::wait_ok(Duration::from_secs(360), "a /28 delegated again", || {
         let (_, prefixes) = holdings(&vbox);
         if prefixes.is_empty() {
@@ -134,12 +138,17 @@ fn a_fragmented_subnet_serves_pods_by_slash_32s_until_prefixes_come_back() {
         assert!(pod.ping_from_node(&ip.to_string()), "{ip} lost its pod");
     }
     let mut all: Vec<Ipv4Addr> = old.clone();
+    all.extend(filler_results.iter().map(address));
     all.extend(new_results.iter().map(address));
     let distinct: HashSet<&Ipv4Addr> = all.iter().collect();
     assert_eq!(distinct.len(), all.len(), "an address given twice: {all:?}");
 
     // The /32 pods leave: their addresses go back, and the pool holds prefixes only.
-    for (pod, result) in old_pods.iter().zip(&old_results) {
+    for (pod, result) in old_pods
+        .iter()
+        .zip(&old_results)
+        .chain(filler_pods.iter().zip(&filler_results))
+    {
         pod.del(result);
     }
     testkit::wait_ok(Duration::from_secs(180), "every /32 given back", || {

@@ -63,21 +63,26 @@ pub(super) fn growth(
 }
 
 /// The probe of a subnet whose backoff has ended, when growth does not ask for a prefix
-/// there: one prefix on the first such ENI with a free slot, else one of its available /32s
-/// given back to free a slot (when a release may happen now). Asking is the only way to know
-/// that blocks are free again; one prefix or one /32 at a time keeps a refused probe cheap.
+/// there: one prefix on the first such ENI with a free slot (below max pods), else one of its
+/// available /32s given back to free a slot, when a release may happen now and either the
+/// node `needs_room` (below max pods, where room is to be had) or the fallback is a long one.
+/// Asking is the only way to know that blocks are free again; one prefix or one /32 at a time
+/// keeps a refused probe cheap. A node with what it needs otherwise waits for a slot to free:
+/// the release, a refused probe and the refill would cost three calls for nothing. A long
+/// fallback still ends, at max pods too, so that free /32s do not stay for good once
+/// prefixes can be had.
 pub(super) fn probe(
     view: &PoolView<'_>,
     limits: &NodeLimits,
     may_release: bool,
+    needs_room: bool,
 ) -> Option<(String, Action)> {
-    if view.totals.total >= limits.max_pods {
-        return None;
-    }
-    let mut probing = view.enis.iter().filter(|e| e.probing && !e.excluded);
+    let at_max = view.totals.total >= limits.max_pods;
+    let probing = view.enis.iter().filter(|e| e.probing && !e.excluded);
     if let Some(eni) = probing
         .clone()
         .find(|e| e.slots < limits.secondary_ips_per_eni)
+        .filter(|_| !at_max)
     {
         let eni_id = eni.info.id.clone();
         return Some((eni_id.clone(), Action::AssignPrefixes { eni_id, count: 1 }));
@@ -86,18 +91,20 @@ pub(super) fn probe(
         return None;
     }
     // `releasable` is highest first: its first /32 is the one to give back.
-    probing.find_map(|e| {
-        let ip = e.releasable.iter().find_map(|u| match u {
-            Unit::Ip(ip) => Some(*ip),
-            Unit::Prefix(_) => None,
-        })?;
-        let eni_id = e.info.id.clone();
-        let action = Action::ReleaseIps {
-            eni_id: eni_id.clone(),
-            ips: vec![ip],
-        };
-        Some((eni_id, action))
-    })
+    probing
+        .filter(|e| (needs_room && !at_max) || e.long_fallback)
+        .find_map(|e| {
+            let ip = e.releasable.iter().find_map(|u| match u {
+                Unit::Ip(ip) => Some(*ip),
+                Unit::Prefix(_) => None,
+            })?;
+            let eni_id = e.info.id.clone();
+            let action = Action::ReleaseIps {
+                eni_id: eni_id.clone(),
+                ips: vec![ip],
+            };
+            Some((eni_id, action))
+        })
 }
 
 fn assign_ips(eni: &EniView<'_>, count: u32) -> Plan {

@@ -253,8 +253,9 @@ pub struct Plan {
 ///   elsewhere they go back whatever the targets say (the Go CNI ignores them and keeps
 ///   them).
 /// - Prefix delegation on a fragmented subnet ([`crate::PrefixFallbacks`]): where EC2 refuses
-///   prefixes, growth is by /32s, sized in addresses, after every ENI that still gets prefixes
-///   and a new ENI with prefixes (the Go CNI fails every ADD instead).
+///   prefixes, growth is by /32s, after every ENI that still gets prefixes and a new ENI with
+///   prefixes (the Go CNI fails every ADD instead); under WARM_PREFIX_TARGET, 16 at a time as
+///   a prefix would add them.
 pub fn plan(pool: &Pool, limits: &NodeLimits, targets: &Targets, ctx: PlanContext) -> Plan {
     explain(pool, limits, targets, ctx).plan
 }
@@ -278,8 +279,8 @@ pub fn explain(pool: &Pool, limits: &NodeLimits, targets: &Targets, ctx: PlanCon
     let may_release = next_release.is_none_or(|t| t <= ctx.now);
     let retiring = view.retiring() as u32;
     // A cordoned node asks EC2 for nothing it does not need.
-    let probe = || {
-        let found = grow::probe(&view, limits, may_release).filter(|_| !ctx.draining);
+    let probe = |needs_room: bool| {
+        let found = grow::probe(&view, limits, may_release, needs_room).filter(|_| !ctx.draining);
         found.map(|(eni_id, action)| Explained {
             plan: Plan {
                 actions: vec![action],
@@ -291,7 +292,7 @@ pub fn explain(pool: &Pool, limits: &NodeLimits, targets: &Targets, ctx: PlanCon
     if let Some(short) = demand.shortfall(targets, limits) {
         let plan = demand.growth(&view, limits, targets, short);
         if plan.blocked.is_some()
-            && let Some(probe) = probe()
+            && let Some(probe) = probe(true)
         {
             return probe;
         }
@@ -314,7 +315,7 @@ pub fn explain(pool: &Pool, limits: &NodeLimits, targets: &Targets, ctx: PlanCon
         };
         return Explained { plan, reason };
     }
-    if let Some(probe) = probe() {
+    if let Some(probe) = probe(false) {
         return probe;
     }
     let surplus = demand.surplus(targets).map(|s| match s {

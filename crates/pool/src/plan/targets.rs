@@ -69,7 +69,8 @@ pub(super) enum Surplus {
 pub(super) struct Shortfall {
     /// Units of growth: prefixes with delegation, else addresses.
     pub units: u32,
-    /// Addresses: what growth by /32s adds where EC2 refuses prefixes.
+    /// Addresses: what growth by /32s adds where EC2 refuses prefixes (with WARM_PREFIX_TARGET,
+    /// whole prefixes' worth).
     pub addresses: u32,
 }
 
@@ -168,7 +169,11 @@ impl Targets {
                         .warm_prefix_in_effect()
                         .saturating_sub(t.free_prefixes)
                         .max(1),
-                    addresses: wanted - t.available,
+                    // Where prefixes are refused, /32s a prefix's worth at a time, as a
+                    // prefix would come: one call per 16 pods rather than one per pod.
+                    addresses: (wanted - t.available)
+                        .div_ceil(ADDRS_PER_PREFIX)
+                        .saturating_mul(ADDRS_PER_PREFIX),
                 })
             }
         }

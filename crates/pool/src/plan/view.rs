@@ -82,6 +82,9 @@ pub(super) struct EniView<'a> {
     /// With prefix delegation, EC2 refused prefixes in its subnet and the backoff has ended:
     /// one prefix is asked for (a probe) before its /32s are given up.
     pub probing: bool,
+    /// The refusals began [`crate::PREFIX_RETRY_MAX`] ago or more: a probe may make room for
+    /// itself even when the node needs none, so that a long fallback still ends.
+    pub long_fallback: bool,
     /// With prefix delegation on an ENI whose subnet delegates prefixes, its available /32s
     /// (left from a fallback, or from before delegation was on): they go back whatever the
     /// targets say, and count nowhere in `totals`, so the pool grows by prefixes instead.
@@ -141,6 +144,7 @@ fn eni_view<'a>(
         .filter(|_| prefix_delegation);
     let refused = fallback.is_some_and(|f| f.active(now));
     let probing = fallback.is_some_and(|f| !f.active(now));
+    let long_fallback = fallback.is_some_and(|f| f.since.after(crate::PREFIX_RETRY_MAX) <= now);
     let retire = prefix_delegation && fallback.is_none() && !excluded;
     for (ip, slot) in pool.addresses(&info.id) {
         if excluded && !slot.is_assigned() {
@@ -183,6 +187,7 @@ fn eni_view<'a>(
         releasable,
         refused,
         probing,
+        long_fallback,
         retiring,
     }
 }

@@ -75,6 +75,61 @@ fn a_fragmented_subnet_serves_pods_through_slash_32s_up_to_every_slot() {
 }
 
 #[test]
+fn slash_32s_come_a_prefixs_worth_at_a_time_not_one_per_pod() {
+    let mut sim = Sim::new(
+        NodeLimits {
+            max_enis: 4,
+            secondary_ips_per_eni: 14,
+            max_pods: 110,
+        },
+        Targets {
+            warm_prefix: 1,
+            prefix_delegation: true,
+            ..Targets::default()
+        },
+    );
+    sim.fragmented = true;
+    let mut growth = Vec::new();
+    for _ in 0..40 {
+        assert!(sim.add_pod());
+        sim.advance(TICK);
+        loop {
+            let plan = sim.plan();
+            if plan.actions.is_empty() {
+                break;
+            }
+            growth.extend(plan.actions.iter().filter(|a| a.is_growth()).cloned());
+            sim.execute(&plan);
+        }
+    }
+    assert_eq!(sim.prefixes(), 0);
+    assert!(
+        sim.unused() >= 16,
+        "a prefix's worth stays warm: {}",
+        sim.unused()
+    );
+    // 40 pods and 16 warm fill 4 ENIs of 14 slots: a few calls per ENI, refused prefix
+    // requests included, where one /32 per pod would take over 40.
+    let ips: Vec<u32> = growth
+        .iter()
+        .filter_map(|a| match a {
+            Action::AssignIps { count, .. } => Some(*count),
+            Action::CreateEni { ips, .. } => Some(*ips).filter(|n| *n > 0),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        growth.len() <= 12,
+        "{} growth calls: {growth:?}",
+        growth.len()
+    );
+    assert!(
+        ips.iter().filter(|n| **n == 1).count() <= 1,
+        "/32s asked for one at a time: {ips:?}"
+    );
+}
+
+#[test]
 fn prefixes_come_back_and_the_slash_32s_go_as_their_pods_leave() {
     let mut sim = m5_large();
     sim.fragmented = true;
