@@ -154,6 +154,13 @@ pub trait Ec2: Send + Sync + 'static {
         &self,
         filters: &[EniFilter],
     ) -> impl Future<Output = Result<Vec<Subnet>, CloudError>> + Send;
+
+    /// Whether EC2 throttled this client (`RequestLimitExceeded`) within the last `window`:
+    /// the account is busy. A client that does not keep count says no.
+    fn throttled_within(&self, window: std::time::Duration) -> bool {
+        let _ = window;
+        false
+    }
 }
 
 /// Instance metadata (IMDSv2).
@@ -292,5 +299,9 @@ impl<T: Ec2> Ec2 for std::sync::Arc<T> {
         filters: &[EniFilter],
     ) -> impl Future<Output = Result<Vec<Subnet>, CloudError>> + Send {
         (**self).describe_subnets(filters)
+    }
+
+    fn throttled_within(&self, window: std::time::Duration) -> bool {
+        (**self).throttled_within(window)
     }
 }

@@ -198,6 +198,8 @@ pub struct Throttled<E> {
     describe: TokenBucket,
     mutate: TokenBucket,
     buckets: Mutex<HashMap<Action, TokenBucket>>,
+    /// When EC2 last answered `RequestLimitExceeded`, since `origin`.
+    last_throttled: Mutex<Option<Duration>>,
     origin: Instant,
     stats: ThrottleStats,
     observer: Option<Arc<dyn CallObserver>>,
@@ -219,6 +221,7 @@ impl<E: Ec2> Throttled<E> {
             describe,
             mutate,
             buckets: Mutex::new(HashMap::new()),
+            last_throttled: Mutex::new(None),
             origin: Instant::now(),
             stats: ThrottleStats::default(),
             observer: None,
@@ -292,7 +295,12 @@ impl<E: Ec2> Throttled<E> {
         {
             match &result {
                 Err(e) if e.kind == CloudErrorKind::Throttled => {
-                    bucket.throttled(self.origin.elapsed())
+                    let now = self.origin.elapsed();
+                    bucket.throttled(now);
+                    *self
+                        .last_throttled
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner) = Some(now);
                 }
                 Err(_) => {}
                 Ok(_) => bucket.succeeded(),
@@ -490,6 +498,14 @@ impl<E: Ec2> Ec2 for Throttled<E> {
             self.inner.describe_subnets(filters)
         })
         .await
+    }
+
+    fn throttled_within(&self, window: Duration) -> bool {
+        let last = *self
+            .last_throttled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        last.is_some_and(|at| self.origin.elapsed().saturating_sub(at) < window)
     }
 }
 
@@ -747,6 +763,32 @@ mod tests {
         assert!(ec2.describe_instance_enis("i-1").await.unwrap().is_empty());
         assert_eq!(ec2.stats().retries.load(Ordering::Relaxed), 2);
         assert_eq!(fake.calls().len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_throttled_answer_is_remembered_for_the_window_asked_about() {
+        let fake = Arc::new(Empty::default());
+        let ec2 = throttled_ec2(&fake, quick());
+        let window = Duration::from_secs(60);
+        ec2.describe_instance_enis("i-1").await.unwrap();
+        assert!(!ec2.throttled_within(window), "no throttling yet");
+        fake.fail_next(
+            Action::DescribeNetworkInterfaces,
+            vec![throttled("DescribeNetworkInterfaces")],
+        );
+        ec2.describe_instance_enis("i-1").await.unwrap();
+        assert!(ec2.throttled_within(window), "a retried throttle counts");
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert!(ec2.throttled_within(window));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(!ec2.throttled_within(window), "forgotten after the window");
+        // Other failures are not the account's rate.
+        fake.fail_next(
+            Action::DescribeNetworkInterfaces,
+            vec![CloudError::from_code("D", "UnauthorizedOperation", "no")],
+        );
+        assert!(ec2.describe_instance_enis("i-1").await.is_err());
+        assert!(!ec2.throttled_within(window));
     }
 
     #[tokio::test(start_paused = true)]

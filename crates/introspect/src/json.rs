@@ -450,6 +450,10 @@ pub struct PoolStatus {
     /// Subnet-scarcity mode: one warm address, idle ones given back.
     #[serde(rename = "SubnetScarce", default)]
     pub subnet_scarce: bool,
+    /// EC2 throttled the node within the last minute: the pool grows only for pods that
+    /// wait, and the warm targets wait.
+    #[serde(rename = "Ec2Congested", default)]
+    pub ec2_congested: bool,
     /// With prefix delegation: where EC2 refused /28 prefixes and the pool took /32s instead.
     #[serde(rename = "PrefixFallback", default)]
     pub prefix_fallback: Option<PrefixFallbackStatus>,
@@ -744,6 +748,7 @@ pub fn pool_status(view: &PoolView) -> PoolStatus {
         pending_pods: view.pending,
         draining: view.draining,
         subnet_scarce: view.scarce,
+        ec2_congested: view.congested,
         prefix_fallback: prefix_fallback(view),
     }
 }

@@ -41,6 +41,8 @@ pub struct PoolView {
     pub draining: bool,
     /// A subnet the node draws on is scarce (subnet-scarcity mode).
     pub scarce: bool,
+    /// EC2 throttled the node within the last minute ([`pool::PlanContext::congested`]).
+    pub congested: bool,
     /// Growth is paused until then after EC2 refused (backoff), if it is.
     pub growth_paused_until: Option<Timestamp>,
     /// Why growth last failed, if it did.
@@ -83,6 +85,7 @@ impl PoolView {
                 pending: self.pending,
                 draining: self.draining,
                 scarce: self.scarce,
+                congested: self.congested,
             },
         )
     }

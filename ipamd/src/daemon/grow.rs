@@ -47,6 +47,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
             pending: self.pending_pods(),
             draining: self.draining(),
             scarce: self.subnet_scarce(),
+            congested: self.congested(),
         };
         // Read before the pool's lock: each reads the cluster's view, which is never read
         // under that lock.

@@ -29,6 +29,11 @@ pub const ENI_SETUP_PAUSE: Duration = Duration::from_secs(30);
 /// configuration changes first.
 pub const PLACEMENT_PAUSE: Duration = Duration::from_secs(30);
 
+/// How long after EC2 last throttled the node its pool grows only for pods that wait
+/// ([`pool::PlanContext::congested`]): long enough to span a storm's retries, short enough
+/// that the warm pool refills soon after.
+pub const CONGESTION_WINDOW: Duration = Duration::from_secs(60);
+
 /// Why the pool is not growing, for STATUS and the CNI error of an ADD that found no address.
 #[derive(Clone, Debug, Default)]
 pub(super) struct GrowthStatus {
@@ -240,6 +245,11 @@ impl fmt::Display for NoGrowth {
 }
 
 impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
+    /// EC2 throttled the node within [`CONGESTION_WINDOW`].
+    pub(super) fn congested(&self) -> bool {
+        self.ec2.throttled_within(CONGESTION_WINDOW)
+    }
+
     pub(super) fn growth_succeeded(&self) {
         let mut growth = self.growth.status();
         growth.last_error = None;

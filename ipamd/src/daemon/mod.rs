@@ -157,6 +157,7 @@ impl<E: Ec2, I: Imds, H: HostNetwork, S: DaemonStore> Daemon<E, I, H, S> {
             pending,
             draining,
             scarce: self.subnet_scarce(),
+            congested: self.congested(),
             growth_paused_until: growth.paused_until.filter(|u| now < *u),
             last_error: growth.last_error.map(|e| e.to_string()),
             ready,

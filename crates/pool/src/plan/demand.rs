@@ -22,6 +22,7 @@ pub(super) struct Demand {
     pub pending: u32,
     pub draining: bool,
     pub scarce: bool,
+    pub congested: bool,
 }
 
 impl Totals {
@@ -52,13 +53,14 @@ impl Demand {
             pending: ctx.pending,
             draining: ctx.draining,
             scarce: ctx.scarce,
+            congested: ctx.congested,
         }
     }
 
     /// What to add, before any limit: what the targets want on top of the pending pods, plus
-    /// what the pods that find nothing need. Draining, only the latter.
+    /// what the pods that find nothing need. Draining or congested, only the latter.
     pub fn shortfall(&self, targets: &Targets, limits: &NodeLimits) -> Option<Shortfall> {
-        let wanted = match self.draining {
+        let wanted = match self.draining || self.congested {
             true => None,
             false => targets.shortfall(&self.effective, limits),
         };

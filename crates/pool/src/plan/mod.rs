@@ -69,6 +69,10 @@ pub struct PlanContext {
     /// A subnet the node draws on is scarce: growth for pending pods is exactly what they
     /// need, never rounded up to fill an ENI.
     pub scarce: bool,
+    /// EC2 is throttling the node's calls: the pool grows only for pods that find no address,
+    /// and the warm targets wait, so that in a busy account the calls that get through serve
+    /// pods that wait rather than fill warm pools.
+    pub congested: bool,
 }
 
 impl PlanContext {
@@ -80,6 +84,7 @@ impl PlanContext {
             pending: 0,
             draining: false,
             scarce: false,
+            congested: false,
         }
     }
 }
@@ -228,6 +233,8 @@ pub struct Plan {
 /// - `pending` pods count as holding available addresses already: every mode's target is
 ///   kept on top of them, and those that find no address add to the shortfall, so a burst
 ///   of pods is met by one call per ENI instead of one per pod.
+/// - `congested` (EC2 throttled the node lately): no target but the pending pods, so that the
+///   calls a busy account lets through serve pods that wait before anyone's warm pool.
 /// - `draining` (cordoned): no target but the pending pods; no new ENI ([`Blocked::Cordoned`]);
 ///   every other available address and wholly available prefix is given back, and unused
 ///   ENIs are freed.

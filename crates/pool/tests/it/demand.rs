@@ -206,3 +206,35 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn while_ec2_throttles_the_pool_grows_for_waiting_pods_alone() {
+    for targets in [
+        Targets::default(),
+        warm_ip(5),
+        Targets {
+            warm_prefix: 1,
+            prefix_delegation: true,
+            ..Targets::default()
+        },
+    ] {
+        let mut sim = Sim::new(limits(3, 9, 110), targets);
+        sim.congested = true;
+        assert_eq!(sim.plan(), Plan::default(), "no warm pool while congested");
+        // One pod: a burst would fill the ENI, in the same one call.
+        sim.pending = 1;
+        let grown = settle(&mut sim);
+        assert_eq!(grown.len(), 1, "{grown:?}");
+        let wanted = if targets.prefix_delegation { 16 } else { 1 };
+        assert_eq!(
+            sim.unused(),
+            wanted,
+            "only what the waiting pods need: {grown:?}"
+        );
+
+        // EC2 answers again: the warm targets are back.
+        sim.congested = false;
+        let grown = settle(&mut sim);
+        assert!(!grown.is_empty(), "the warm pool refills once EC2 answers");
+    }
+}

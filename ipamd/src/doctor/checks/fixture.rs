@@ -248,6 +248,7 @@ pub fn healthy() -> Facts {
         pending_pods: 0,
         draining: false,
         subnet_scarce: false,
+        ec2_congested: false,
         prefix_fallback: None,
     };
     let socket = PathBuf::from("/run/vpc-cni/ipamd.sock");

@@ -63,6 +63,8 @@ pub struct Sim {
     pub pending: u32,
     /// The node is cordoned ([`PlanContext::draining`]).
     pub draining: bool,
+    /// EC2 throttles the node ([`PlanContext::congested`]).
+    pub congested: bool,
     /// Live pods, oldest first.
     pub pods: Vec<u32>,
     /// ENIs freed so far.
@@ -95,6 +97,7 @@ impl Sim {
             first_only: false,
             pending: 0,
             draining: false,
+            congested: false,
             pods: Vec::new(),
             freed: Vec::new(),
             fragmented: false,
@@ -113,6 +116,7 @@ impl Sim {
             pending: self.pending,
             draining: self.draining,
             scarce: false,
+            congested: self.congested,
         }
     }
 
