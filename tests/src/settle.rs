@@ -19,8 +19,9 @@ impl Node {
         self.get_json(&format!("{INTROSPECT}/v1/pool"))
     }
 
-    /// Waits (bounded by [`SETTLE_TIMEOUT`]) until ipamd plans nothing (`NextAction` is null)
-    /// and neither that nor the pool's totals have changed for at least one
+    /// Waits (bounded by [`SETTLE_TIMEOUT`]) until ipamd plans nothing (`NextAction` is null),
+    /// EC2 has not throttled it within the last minute (`Ec2Congested`: its warm targets wait
+    /// until then), and neither that nor the pool's totals have changed for at least one
     /// [`CONTROLLER_PERIOD`]: the controller looks at the pool once a period, so a shorter
     /// quiet spell may only be the pause between two of its rounds. Returns the settled
     /// `/v1/pool`.
@@ -36,6 +37,9 @@ impl Node {
             }
             if !pool["NextAction"].is_null() {
                 Err(format!("ipamd plans {}", pool["NextAction"]))
+            } else if pool["Ec2Congested"] == true {
+                // The warm targets wait out a minute after EC2's last throttling.
+                Err("EC2 throttled ipamd lately: the pool grows only for waiting pods".into())
             } else if since.elapsed() < CONTROLLER_PERIOD {
                 Err(format!("still for only {:?}: {seen}", since.elapsed()))
             } else {
