@@ -369,6 +369,13 @@ pub fn explain(pool: &Pool, limits: &NodeLimits, targets: &Targets, ctx: PlanCon
         },
         (Some(surplus), _) => Reason::SurplusHeld { standing, surplus },
         (None, _)
+            if ctx.congested
+                && !ctx.draining
+                && targets.shortfall(&demand.effective, limits).is_some() =>
+        {
+            Reason::Congested(standing)
+        }
+        (None, _)
             if targets.mode() == PoolMode::WarmEni
                 && targets.may_free_enis(&view.totals, limits, false) =>
         {

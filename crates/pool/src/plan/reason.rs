@@ -204,6 +204,9 @@ pub enum Reason {
     /// can be freed: the primary, ENIs with assigned or cooling addresses, ENIs younger than
     /// [`super::MIN_ENI_AGE`] and ENIs the targets need all stay.
     EnisHeld(Standing),
+    /// Below target, but EC2 throttled the node lately ([`super::PlanContext::congested`]):
+    /// the warm targets wait, and only pods that find no address make the pool grow.
+    Congested(Standing),
     /// At target: nothing to do.
     AtTarget(Standing),
 }
@@ -212,7 +215,7 @@ impl Reason {
     /// The numbers the reason quotes.
     pub fn standing(&self) -> &Standing {
         match self {
-            Reason::Low(s) | Reason::EnisHeld(s) | Reason::AtTarget(s) => s,
+            Reason::Low(s) | Reason::EnisHeld(s) | Reason::Congested(s) | Reason::AtTarget(s) => s,
             Reason::Blocked { standing, .. }
             | Reason::Surplus { standing, .. }
             | Reason::ReleaseWait { standing, .. }
@@ -270,6 +273,12 @@ impl fmt::Display for Reason {
                 "{}, but no ENI can be freed (the primary, ENIs with assigned or cooling \
                  addresses, ENIs younger than a minute and ENIs the targets need stay)",
                 s.enis_spare()
+            ),
+            Reason::Congested(s) => write!(
+                f,
+                "EC2 throttled the node lately: the warm targets wait, growth only for pods that \
+                 find no address; {}",
+                s.low()
             ),
             Reason::AtTarget(s) => write!(f, "at target: {}", s.met()),
         }

@@ -220,7 +220,16 @@ fn while_ec2_throttles_the_pool_grows_for_waiting_pods_alone() {
     ] {
         let mut sim = Sim::new(limits(3, 9, 110), targets);
         sim.congested = true;
-        assert_eq!(sim.plan(), Plan::default(), "no warm pool while congested");
+        let e = explain(&sim.pool, &sim.limits, &sim.targets, sim.ctx());
+        assert_eq!(e.plan, Plan::default(), "no warm pool while congested");
+        assert!(matches!(e.reason, Reason::Congested(_)), "{:?}", e.reason);
+        assert!(
+            e.reason
+                .to_string()
+                .starts_with("EC2 throttled the node lately"),
+            "{}",
+            e.reason
+        );
         // One pod: a burst would fill the ENI, in the same one call.
         sim.pending = 1;
         let grown = settle(&mut sim);

@@ -309,7 +309,9 @@ proptest! {
                     prop_assert_eq!(&e.plan, &Plan::default());
                     prop_assert_eq!(s.mode, PoolMode::WarmEni);
                 }
-                Reason::AtTarget(_) => prop_assert_eq!(&e.plan, &Plan::default()),
+                Reason::Congested(_) | Reason::AtTarget(_) => {
+                    prop_assert_eq!(&e.plan, &Plan::default())
+                }
             }
             let counts = sim.pool.counts(sim.now);
             let s = e.reason.standing();
