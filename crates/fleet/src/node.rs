@@ -42,7 +42,7 @@ pub struct Records(Arc<Mutex<Vec<PodRecord>>>);
 
 impl Records {
     /// Records a pod created at `at`; returns its index.
-    pub fn bind(&self, at: Duration) -> usize {
+    pub fn created(&self, at: Duration) -> usize {
         let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         all.push(PodRecord {
             created_at: at,
@@ -111,7 +111,7 @@ pub async fn run_pod<C: Cni>(
     lifetime: Option<Duration>,
     jitter: &mut Rng,
 ) -> bool {
-    let i = records.bind(created);
+    let i = records.created(created);
     cni.bound(name);
     tokio::time::sleep(SANDBOX_DELAY).await;
     loop {

@@ -619,8 +619,6 @@ struct Life<'a> {
 }
 
 impl Life<'_> {
-    /// One node's life: its pods bound, run and (with churn) replaced until the end; returns
-    /// the addresses it holds unused then.
     /// [`Life::run`] on a node whose CNI started; `None` for one whose CNI never did, its
     /// pods recorded as created and never placed.
     async fn run_if_started<C: Cni>(&self, cni: Option<C>, plan: Plan) -> Option<u32> {
@@ -628,13 +626,15 @@ impl Life<'_> {
             Some(cni) => Some(self.run(cni, plan).await),
             None => {
                 for (at, _) in &plan.pods {
-                    self.records.bind(plan.launch + *at);
+                    self.records.created(plan.launch + *at);
                 }
                 None
             }
         }
     }
 
+    /// One node's life: its pods bound, run and (with churn) replaced until the end; returns
+    /// the addresses it holds unused then.
     async fn run<C: Cni>(&self, cni: C, plan: Plan) -> u32 {
         let cni = Arc::new(cni);
         let mut slots = Vec::new();

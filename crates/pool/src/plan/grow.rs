@@ -63,14 +63,12 @@ pub(super) fn growth(
 }
 
 /// The probe of a subnet whose backoff has ended, when growth does not ask for a prefix
-/// there: one prefix on the first such ENI with a free slot (below max pods), else one of its
-/// available /32s given back to free a slot, when a release may happen now and either the
-/// node `needs_room` (below max pods, where room is to be had) or the fallback is a long one.
-/// Asking is the only way to know that blocks are free again; one prefix or one /32 at a time
-/// keeps a refused probe cheap. A node with what it needs otherwise waits for a slot to free:
-/// the release, a refused probe and the refill would cost three calls for nothing. A long
-/// fallback still ends, at max pods too, so that free /32s do not stay for good once
-/// prefixes can be had.
+/// there (asking is the only way to know that blocks are free again): one prefix on the first
+/// such ENI with a free slot, below max pods. Else, when a release may happen now, one of its
+/// available /32s given back to make that slot, but only if the node needs room it may have
+/// (below max pods) or the fallback is long: otherwise the release, a refused probe and the
+/// refill cost three calls for nothing, and the node waits for a slot to free. A long
+/// fallback ends at max pods too, so free /32s do not stay for good.
 pub(super) fn probe(
     view: &PoolView<'_>,
     limits: &NodeLimits,
@@ -79,10 +77,10 @@ pub(super) fn probe(
 ) -> Option<(String, Action)> {
     let at_max = view.totals.total >= limits.max_pods;
     let probing = view.enis.iter().filter(|e| e.probing && !e.excluded);
-    if let Some(eni) = probing
-        .clone()
-        .find(|e| e.slots < limits.secondary_ips_per_eni)
-        .filter(|_| !at_max)
+    if !at_max
+        && let Some(eni) = probing
+            .clone()
+            .find(|e| e.slots < limits.secondary_ips_per_eni)
     {
         let eni_id = eni.info.id.clone();
         return Some((eni_id.clone(), Action::AssignPrefixes { eni_id, count: 1 }));
