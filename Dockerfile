@@ -38,8 +38,11 @@ RUN cargo chef prepare --recipe-path recipe.json
 
 FROM chef AS build
 COPY --from=planner /src/recipe.json recipe.json
-# The workspace's release profile, packages and lock file, as in scripts/check-config.sh.
-RUN cargo chef cook --release --locked -p ipamd --recipe-path recipe.json
+# The workspace's release profile, packages and lock file, as in scripts/check-config.sh, and
+# scripts/build-release.sh's static build for the host, so that its dependencies are the ones
+# cooked here.
+RUN RUSTFLAGS="-C target-feature=+crt-static" cargo chef cook --release --locked -p ipamd \
+    --target "$(rustc -vV | sed -n 's/^host: //p')" --recipe-path recipe.json
 COPY . .
 RUN scripts/build-release.sh
 
