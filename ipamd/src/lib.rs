@@ -13,6 +13,7 @@ pub mod install;
 pub mod logging;
 mod nodenet;
 pub mod publish;
+pub mod residency;
 pub mod server;
 pub mod state;
 pub mod surface;

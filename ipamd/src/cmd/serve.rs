@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use cloud::aws::{AwsEc2, AwsImds, Ec2Settings};
@@ -16,7 +16,7 @@ use ipamd::config::{BindAddress, Config, ignored_settings};
 use ipamd::daemon::{Endpoint, Publish, Tasks};
 use ipamd::host::NetlinkHost;
 use ipamd::surface::{self, DaemonSource, Ec2Metrics};
-use ipamd::{Daemon, Parts, server};
+use ipamd::{Daemon, Parts, residency, server};
 use pool::Clock;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
@@ -192,6 +192,7 @@ async fn serve(
         entrypoint::write_conflist(pending).context("installing the conflist")?;
     }
     metrics.startup(started.elapsed().as_secs_f64(), true, "");
+    tokio::spawn(release_startup_pages());
 
     let shutdown = async {
         tokio::select! {
@@ -208,6 +209,28 @@ async fn serve(
     }
     info!("ipamd stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// How long after ipamd starts serving the executable's pages go back to the kernel: by then
+/// the background tasks have run their first rounds, and what only the start ran is over.
+const RELEASE_STARTUP_PAGES_AFTER: Duration = Duration::from_secs(30);
+
+/// Gives the kernel back the pages of the executable once the start is over (residency.rs):
+/// the working code comes back as it runs. A failure costs memory, never service.
+async fn release_startup_pages() {
+    tokio::time::sleep(RELEASE_STARTUP_PAGES_AFTER).await;
+    match tokio::task::spawn_blocking(residency::release_startup_pages).await {
+        Ok(Ok(released)) => info!(
+            mappings = released.mappings,
+            mib = released.bytes / (1 << 20),
+            flushed = released.flushed,
+            "gave the kernel back the executable's pages: the working code is mapped in again as it runs"
+        ),
+        Ok(Err(e)) => {
+            warn!(error = %e, "could not give back the executable's pages; ipamd keeps them resident")
+        }
+        Err(e) => warn!(error = %e, "giving back the executable's pages did not finish"),
+    }
 }
 
 /// A draw from [0, 1): spreads a fleet's periodic EC2 calls.
