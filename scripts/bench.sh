@@ -223,7 +223,7 @@ bench_latency() {
   add_disk_ratio=$(above "$WORK/v-add-disk.json" "$WORK/p-add.json")
   del_ratio=$(above "$WORK/v-del.json" "$WORK/p-del.json")
   ver_ratio=$(ratio "$(hf_median "$WORK/v-ver.json")" "$(hf_median "$WORK/p-ver.json")")
-  record "ADD above the exec floor vs ptp + host-local: ${add_ratio}x state on tmpfs, ${add_disk_ratio}x on disk (target <= 0.20x: $(verdict "$add_ratio" '<=' 0.20))"
+  record "ADD above the exec floor vs ptp + host-local: ${add_ratio}x state on tmpfs, ${add_disk_ratio}x on disk (target <= 0.20x: $(verdict "$add_ratio" '<=' 0.20)); medians: vpc-cni $(hf_median "$WORK/v-add.json" | awk '{ printf "%.2f", $1 }') ms (phases: ipamd $(ms "$a1"), netlink $(ms "$a2")), on disk $(hf_median "$WORK/v-add-disk.json" | awk '{ printf "%.2f", $1 }') ms, ptp $(hf_median "$WORK/p-add.json" | awk '{ printf "%.2f", $1 }') ms, floor $(awk -v f="$floor" 'BEGIN { printf "%.2f", f }') ms"
   record "DEL above the exec floor vs ptp + host-local: ${del_ratio}x (target <= 0.25x: $(verdict "$del_ratio" '<=' 0.25))"
   record "VERSION exec time vs ptp: ${ver_ratio}x (target <= 0.6x: $(verdict "$ver_ratio" '<=' 0.6))"
   [ "$(verdict "$del_ratio" '<=' 0.25)" = met ] || MISSES+=("- **DEL latency**: ${del_ratio}x ptp + host-local's above the exec floor (the phase table above says where vpc-cni's DEL spends its time).")
