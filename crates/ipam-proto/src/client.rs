@@ -116,32 +116,33 @@ impl Client {
 
     /// Sends one request and waits for its reply.
     pub fn call(&self, req: &Request) -> Result<Reply, ClientError> {
+        self.send(req)?.reply()
+    }
+
+    /// Sends one request without waiting: ipamd works on it while the caller does something
+    /// else, then [`Pending::reply`] reads the answer.
+    pub fn send(&self, req: &Request) -> Result<Pending, ClientError> {
         let mut stream = self.connect()?;
-        let io = |source| ClientError::Io {
+        stream
+            .write_all(&encode_request(req))
+            .map_err(|source| ClientError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+        Ok(Pending {
+            stream,
             path: self.path.clone(),
-            source,
-        };
-        stream.write_all(&encode_request(req)).map_err(io)?;
-        let mut reader = BufReader::new(stream);
-        let protocol = |source| ClientError::Protocol {
-            path: self.path.clone(),
-            source,
-        };
-        let frame = match read_frame(&mut reader) {
-            Ok(Some(frame)) => frame,
-            Ok(None) => return Err(protocol(FrameError::Truncated(0))),
-            Err(FrameError::Io(e)) => return Err(io(e)),
-            Err(e) => return Err(protocol(e)),
-        };
-        Ok(decode_reply(&frame).map_err(protocol)??)
+        })
     }
 
     /// ADD.
     pub fn add(&self, req: AddRequest) -> Result<AddReply, ClientError> {
-        match self.call(&Request::Add(req))? {
-            Reply::Add(r) => Ok(r),
-            other => Err(wrong("add", &other)),
-        }
+        self.start_add(req)?.reply()
+    }
+
+    /// ADD, sent without waiting for the reply (see [`Client::send`]).
+    pub fn start_add(&self, req: AddRequest) -> Result<PendingAdd, ClientError> {
+        self.send(&Request::Add(req)).map(PendingAdd)
     }
 
     /// DEL.
@@ -173,6 +174,49 @@ impl Client {
         match self.call(&Request::Gc(req))? {
             Reply::Gc(r) => Ok(r),
             other => Err(wrong("gc", &other)),
+        }
+    }
+}
+
+/// A request sent to ipamd whose reply is still to be read.
+#[derive(Debug)]
+pub struct Pending {
+    stream: UnixStream,
+    path: PathBuf,
+}
+
+impl Pending {
+    /// Waits for the reply (bounded by the client's I/O timeout).
+    pub fn reply(self) -> Result<Reply, ClientError> {
+        let io = |source| ClientError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let protocol = |source| ClientError::Protocol {
+            path: self.path.clone(),
+            source,
+        };
+        let mut reader = BufReader::new(&self.stream);
+        let frame = match read_frame(&mut reader) {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return Err(protocol(FrameError::Truncated(0))),
+            Err(FrameError::Io(e)) => return Err(io(e)),
+            Err(e) => return Err(protocol(e)),
+        };
+        Ok(decode_reply(&frame).map_err(protocol)??)
+    }
+}
+
+/// An ADD sent to ipamd whose reply is still to be read.
+#[derive(Debug)]
+pub struct PendingAdd(Pending);
+
+impl PendingAdd {
+    /// Waits for ipamd's answer to the ADD.
+    pub fn reply(self) -> Result<AddReply, ClientError> {
+        match self.0.reply()? {
+            Reply::Add(r) => Ok(r),
+            other => Err(wrong("add", &other)),
         }
     }
 }
@@ -219,6 +263,52 @@ mod tests {
             let _ = reader.read_until(b'\n', &mut Vec::new());
         });
         (dir, path, handle)
+    }
+
+    #[test]
+    fn an_add_is_on_its_way_before_its_reply_is_read() {
+        let (arrived_tx, arrived) = std::sync::mpsc::channel();
+        let (go_tx, go) = std::sync::mpsc::channel::<()>();
+        let (_dir, path, server) = serve_once(move |line| {
+            let Request::Add(req) = crate::decode_request(&line[..line.len() - 1]).unwrap() else {
+                panic!("not an ADD");
+            };
+            arrived_tx.send(req.key.container_id.clone()).unwrap();
+            // Answer only once the client says it is done with its other work.
+            go.recv_timeout(Duration::from_secs(10)).unwrap();
+            encode_reply(&Ok(Reply::Add(AddReply {
+                allocation: Allocation {
+                    key: req.key,
+                    pod: req.pod,
+                    ip: Some("10.0.0.7".parse().unwrap()),
+                    ipv6: None,
+                    egress_ipv4: None,
+                    eni_id: "eni-1".into(),
+                    device_number: 0,
+                    route_table: 254,
+                },
+                existing: false,
+            })))
+        });
+        let key = AttachmentKey {
+            network: "aws-cni".into(),
+            container_id: "c1".into(),
+            ifname: "eth0".into(),
+        };
+        let pending = Client::new(&path)
+            .start_add(AddRequest {
+                key,
+                pod: PodMeta::default(),
+                netns: "/run/netns/x".into(),
+            })
+            .unwrap();
+        // ipamd has the request while the caller still works.
+        let seen = arrived.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(seen, "c1");
+        go_tx.send(()).unwrap();
+        let reply = pending.reply().unwrap();
+        assert_eq!(reply.allocation.ip, Some("10.0.0.7".parse().unwrap()));
+        server.join().unwrap();
     }
 
     #[test]

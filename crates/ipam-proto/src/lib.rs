@@ -12,7 +12,7 @@ mod frame;
 pub mod fuzzing;
 mod message;
 
-pub use client::{Client, ClientError};
+pub use client::{Client, ClientError, Pending, PendingAdd};
 pub use frame::{
     FrameError, MAX_FRAME_BYTES, READ_LIMIT, decode_reply, decode_request, encode_reply,
     encode_request, end_frame, read_frame,

@@ -55,7 +55,8 @@ pub use names::{
 };
 pub use netlink_ops::NetlinkOps;
 pub use pod::{
-    POD_GATEWAY, POD_GATEWAY6, PRIO_FROM_POD, PRIO_TO_POD, PodSpec, PodWiring, setup_pod,
+    POD_GATEWAY, POD_GATEWAY6, PRIO_FROM_POD, PRIO_TO_POD, PodSpec, PodVeth, PodWiring,
+    create_pod_veth, remove_pod_veth, setup_pod, wire_pod_veth,
 };
 pub use socket::Netlink;
 pub use teardown::{

@@ -106,24 +106,136 @@ fn setup_pod_with_mac<N: NetlinkOps + ?Sized>(
     // The host veth name belongs to this pod: a leftover one is this pod's earlier wiring, and
     // deleting it removes its pod end too, so a repeated ADD re-wires instead of failing.
     remove_stale_host_veth(host, &spec.host_veth)?;
-    if pod.link_by_name(&spec.container_ifname)?.is_some() {
-        return Err(NetlinkError::ContainerIfaceExists {
-            name: spec.container_ifname.clone(),
-        });
-    }
+    refuse_existing_container_iface(pod, &spec.container_ifname)?;
     let host_mac = new_mac()?;
 
     let mut undo = Undo::default();
-    let result = wire(host, pod, spec, host_mac, &mut undo);
+    let names = (spec.host_veth.as_str(), spec.container_ifname.as_str());
+    let result = create_pair(host, pod, names, spec.mtu, host_mac, &mut undo)
+        .and_then(|veth| wire_addresses(host, pod, &veth, spec, &mut undo));
     if result.is_err() {
         undo.run(host);
     }
     result
 }
 
+/// Creates a pod's veth pair before its addresses are known, so that an ADD can make it while
+/// ipamd answers: the pair is the slowest request of a pod's wiring. `None` when a link named
+/// `host_veth` exists already: a repeated ADD, whose earlier wiring [`setup_pod`] checks or
+/// replaces once the address is known. An existing `container_ifname` is
+/// [`NetlinkError::ContainerIfaceExists`]; on any error nothing is left behind.
+pub fn create_pod_veth<N: NetlinkOps + ?Sized>(
+    host: &N,
+    pod: &N,
+    host_veth: &str,
+    container_ifname: &str,
+    mtu: u32,
+) -> Result<Option<PodVeth>> {
+    create_pod_veth_with_mac(host, pod, (host_veth, container_ifname), mtu, random_mac)
+}
+
+fn create_pod_veth_with_mac<N: NetlinkOps + ?Sized>(
+    host: &N,
+    pod: &N,
+    names: (&str, &str),
+    mtu: u32,
+    new_mac: impl FnOnce() -> Result<[u8; 6]>,
+) -> Result<Option<PodVeth>> {
+    let (host_veth, ifname) = names;
+    validate_veth(host_veth, ifname, mtu)?;
+    if host.link_by_name(host_veth)?.is_some() {
+        return Ok(None);
+    }
+    refuse_existing_container_iface(pod, ifname)?;
+    let host_mac = new_mac()?;
+    let mut undo = Undo::default();
+    let created = create_pair(host, pod, names, mtu, host_mac, &mut undo);
+    if created.is_err() {
+        undo.run(host);
+    }
+    created.map(Some)
+}
+
+/// Wires `spec`'s addresses onto a pair [`create_pod_veth`] made for it, as [`setup_pod`]
+/// does. When a step fails, everything is removed, the pair too, and the original error is
+/// returned: one that [`NetlinkError::is_not_found`] says is missing means the pair went
+/// meanwhile (ipamd deletes a veth that carried no route for some seconds) and
+/// [`setup_pod`] may start over.
+pub fn wire_pod_veth<N: NetlinkOps + ?Sized>(
+    host: &N,
+    pod: &N,
+    veth: &PodVeth,
+    spec: &PodSpec,
+) -> Result<PodWiring> {
+    validate(spec)?;
+    if (
+        spec.host_veth.as_str(),
+        spec.container_ifname.as_str(),
+        spec.mtu,
+    ) != (
+        veth.host_veth.as_str(),
+        veth.container_ifname.as_str(),
+        veth.mtu,
+    ) {
+        return Err(NetlinkError::Invalid {
+            what: "pod spec",
+            why: format!(
+                "{}/{} mtu {} is not the pair made for it ({}/{} mtu {})",
+                spec.host_veth,
+                spec.container_ifname,
+                spec.mtu,
+                veth.host_veth,
+                veth.container_ifname,
+                veth.mtu
+            ),
+        });
+    }
+    let mut undo = Undo {
+        veth: Some(veth.host_veth.clone()),
+        host: Vec::new(),
+    };
+    let result = wire_addresses(host, pod, veth, spec, &mut undo);
+    if result.is_err() {
+        undo.run(host);
+    }
+    result
+}
+
+/// Deletes a pair [`create_pod_veth`] made, when the pod gets no address after all; one that
+/// is gone already is fine.
+pub fn remove_pod_veth<N: NetlinkOps + ?Sized>(host: &N, veth: &PodVeth) -> Result<()> {
+    match host.delete_link_by_index(veth.host_index) {
+        Err(e) if !e.is_not_found() => {
+            Err(e.with_op(format!("delete host veth {}", veth.host_veth)))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn refuse_existing_container_iface<N: NetlinkOps + ?Sized>(pod: &N, ifname: &str) -> Result<()> {
+    if pod.link_by_name(ifname)?.is_some() {
+        return Err(NetlinkError::ContainerIfaceExists {
+            name: ifname.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// The names and MTU of a pod's pair.
+fn validate_veth(host_veth: &str, ifname: &str, mtu: u32) -> Result<()> {
+    validate_ifname("host veth name", host_veth)?;
+    validate_ifname("container interface name", ifname)?;
+    if !(68..=65535).contains(&mtu) {
+        return Err(NetlinkError::Invalid {
+            what: "MTU",
+            why: format!("{mtu} is outside 68..=65535"),
+        });
+    }
+    Ok(())
+}
+
 fn validate(spec: &PodSpec) -> Result<()> {
-    validate_ifname("host veth name", &spec.host_veth)?;
-    validate_ifname("container interface name", &spec.container_ifname)?;
+    validate_veth(&spec.host_veth, &spec.container_ifname, spec.mtu)?;
     if spec.ipv4.is_none() && spec.ipv6.is_none() {
         return Err(NetlinkError::Invalid {
             what: "pod IP",
@@ -164,12 +276,6 @@ fn validate(spec: &PodSpec) -> Result<()> {
                 why,
             });
         }
-    }
-    if !(68..=65535).contains(&spec.mtu) {
-        return Err(NetlinkError::Invalid {
-            what: "MTU",
-            why: format!("{} is outside 68..=65535", spec.mtu),
-        });
     }
     if spec.ipv6.is_some() && spec.mtu < 1280 {
         return Err(NetlinkError::Invalid {
@@ -267,37 +373,46 @@ impl Undo {
     }
 }
 
-/// The two ends of a new veth pair.
-struct Ends<'a> {
-    host_veth: &'a str,
-    host_index: u32,
-    host_mac: [u8; 6],
-    ifname: &'a str,
-    pod_index: u32,
+/// A pod's veth pair, made before its addresses are wired: [`create_pod_veth`] makes one while
+/// the plugin waits for ipamd's answer, [`wire_pod_veth`] wires the addresses onto it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodVeth {
+    /// The host end's name.
+    pub host_veth: String,
+    /// Its index in the host namespace.
+    pub host_index: u32,
+    /// Its MAC (chosen by us: the pod's neighbour entry for its gateway names it).
+    pub host_mac: [u8; 6],
+    /// The pod end's name (`CNI_IFNAME`).
+    pub container_ifname: String,
+    /// Its index in the pod namespace.
+    pub container_index: u32,
+    /// Its MAC (chosen by the kernel).
+    pub container_mac: [u8; 6],
+    /// The MTU of both ends.
+    pub mtu: u32,
 }
 
-fn wire<N: NetlinkOps + ?Sized>(
+/// Creates the pair from the pod side, the host end placed straight into the host namespace,
+/// and records it in `undo` (deleting the host end takes the pod end with it).
+fn create_pair<N: NetlinkOps + ?Sized>(
     host: &N,
     pod: &N,
-    spec: &PodSpec,
+    names: (&str, &str),
+    mtu: u32,
     host_mac: [u8; 6],
     undo: &mut Undo,
-) -> Result<PodWiring> {
-    let PodSpec {
-        host_veth,
-        container_ifname: ifname,
-        ..
-    } = spec;
-
+) -> Result<PodVeth> {
+    let (host_veth, ifname) = names;
     pod.create_veth(&VethSpec {
-        name: ifname.clone(),
-        peer_name: host_veth.clone(),
+        name: ifname.to_string(),
+        peer_name: host_veth.to_string(),
         peer_mac: Some(host_mac),
         peer_netns_fd: Some(host.netns_fd().as_raw_fd()),
-        mtu: spec.mtu,
+        mtu,
         up: true,
     })?;
-    undo.veth = Some(host_veth.clone());
+    undo.veth = Some(host_veth.to_string());
 
     let host_link = require_link(host, host_veth, "host veth")?;
     let cont_link = require_link(pod, ifname, "pod interface")?;
@@ -305,53 +420,71 @@ fn wire<N: NetlinkOps + ?Sized>(
         op: format!("get link {ifname}"),
         reason: "the new pod interface has no MAC address".into(),
     })?;
-    let ends = Ends {
-        host_veth,
+    Ok(PodVeth {
+        host_veth: host_veth.to_string(),
         host_index: host_link.index,
         host_mac,
-        ifname,
-        pod_index: cont_link.index,
-    };
+        container_ifname: ifname.to_string(),
+        container_index: cont_link.index,
+        container_mac,
+        mtu,
+    })
+}
 
+/// The addresses, routes, rules and neighbours of `spec` on a pair made for it.
+fn wire_addresses<N: NetlinkOps + ?Sized>(
+    host: &N,
+    pod: &N,
+    veth: &PodVeth,
+    spec: &PodSpec,
+    undo: &mut Undo,
+) -> Result<PodWiring> {
     if let Some(ip) = spec.ipv4 {
         let table = Some(spec.route_table);
-        wire_family::<N, Ipv4Network>(host, pod, &ends, ip, POD_GATEWAY, table, undo)?;
+        wire_family::<N, Ipv4Network>(host, pod, veth, ip, POD_GATEWAY, table, undo)?;
     }
     if let Some(ip) = spec.egress_ipv4 {
-        wire_family::<N, Ipv4Network>(host, pod, &ends, ip, POD_GATEWAY, None, undo)?;
+        wire_family::<N, Ipv4Network>(host, pod, veth, ip, POD_GATEWAY, None, undo)?;
     }
     if let Some(ip) = spec.ipv6 {
-        enable_ipv6(host, pod, &ends)?;
+        enable_ipv6(host, pod, veth)?;
         let table = Some(RT_TABLE_MAIN);
-        wire_family::<N, Ipv6Network>(host, pod, &ends, ip, POD_GATEWAY6, table, undo)?;
+        wire_family::<N, Ipv6Network>(host, pod, veth, ip, POD_GATEWAY6, table, undo)?;
         // The host veth's link-local address is tentative (DAD) for a second or more after the
         // veth comes up, and until then the host cannot solicit the pod's address: the first
         // packets to a new pod would be dropped. A permanent entry needs no solicitation, like
         // the pod's own entry for fe80::1; it goes with the veth.
-        host.replace_neighbour(ends.host_index, ip, container_mac)
+        host.replace_neighbour(veth.host_index, ip, veth.container_mac)
             .map_err(|e| {
                 e.with_op(format!(
-                    "add permanent neighbour {ip} lladdr {} dev {host_veth}",
-                    crate::names::format_mac(&container_mac)
+                    "add permanent neighbour {ip} lladdr {} dev {}",
+                    crate::names::format_mac(&veth.container_mac),
+                    veth.host_veth
                 ))
             })?;
     }
 
     Ok(PodWiring {
-        host_mac,
-        container_mac,
-        host_ifindex: host_link.index,
-        container_ifindex: cont_link.index,
+        host_mac: veth.host_mac,
+        container_mac: veth.container_mac,
+        host_ifindex: veth.host_index,
+        container_ifindex: veth.container_index,
     })
 }
 
 /// The Go CNI's IPv6 settings: runtimes may start pods with IPv6 disabled, and a router
 /// advertisement on the host veth must not give the node a default route through a pod. A
 /// kernel without IPv6 has no such files; the address step then says what is wrong.
-fn enable_ipv6<N: NetlinkOps + ?Sized>(host: &N, pod: &N, ends: &Ends<'_>) -> Result<()> {
+fn enable_ipv6<N: NetlinkOps + ?Sized>(host: &N, pod: &N, veth: &PodVeth) -> Result<()> {
     let settings = [
-        (host, ends.host_veth, "accept_ra", "0", ""),
-        (pod, ends.ifname, "disable_ipv6", "0", " in pod"),
+        (host, veth.host_veth.as_str(), "accept_ra", "0", ""),
+        (
+            pod,
+            veth.container_ifname.as_str(),
+            "disable_ipv6",
+            "0",
+            " in pod",
+        ),
         (pod, "lo", "disable_ipv6", "0", " in pod"),
     ];
     for (nl, ifname, setting, value, side) in settings {
@@ -373,7 +506,7 @@ fn enable_ipv6<N: NetlinkOps + ?Sized>(host: &N, pod: &N, ends: &Ends<'_>) -> Re
 fn wire_family<N, F>(
     host: &N,
     pod: &N,
-    ends: &Ends<'_>,
+    veth: &PodVeth,
     ip: F::Addr,
     gateway: F::Addr,
     route_table: Option<u32>,
@@ -384,13 +517,11 @@ where
     F: IpFamily,
     Created: From<RouteOf<F>> + From<RuleOf<F>>,
 {
-    let Ends {
-        host_veth, ifname, ..
-    } = *ends;
+    let (host_veth, ifname) = (&veth.host_veth, &veth.container_ifname);
     let ip_host = F::host(ip);
     let scope = link_scope_text::<F>();
 
-    let host_route = RouteOf::link_scope(ip_host, ends.host_index, RT_TABLE_MAIN);
+    let host_route = RouteOf::link_scope(ip_host, veth.host_index, RT_TABLE_MAIN);
     host.replace_route(&host_route)
         .map_err(|e| e.with_op(format!("replace route {ip_host} dev {host_veth}{scope}")))?;
     undo.host.push(host_route.into());
@@ -406,7 +537,7 @@ where
         }
     }
 
-    let idx = ends.pod_index;
+    let idx = veth.container_index;
     pod.add_address(idx, ip_host)
         .map_err(|e| e.with_op(format!("add address {ip_host} dev {ifname} in pod")))?;
     let gw_host = F::host(gateway);
@@ -422,11 +553,11 @@ where
                 "add route default via {gateway} dev {ifname} in pod"
             ))
         })?;
-    pod.replace_neighbour(idx, gateway, ends.host_mac)
+    pod.replace_neighbour(idx, gateway, veth.host_mac)
         .map_err(|e| {
             e.with_op(format!(
                 "add permanent neighbour {gateway} lladdr {} dev {ifname} in pod",
-                crate::names::format_mac(&ends.host_mac)
+                crate::names::format_mac(&veth.host_mac)
             ))
         })?;
     Ok(())

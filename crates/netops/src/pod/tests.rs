@@ -387,3 +387,111 @@ fn validation_names_the_bad_input() {
         );
     }
 }
+
+/// The pair made ahead of the address, with [`MAC`] as the host veth's MAC.
+fn early(host: &FakeNs, pod: &FakeNs) -> Result<Option<PodVeth>> {
+    create_pod_veth_with_mac(host, pod, (VETH, "eth0"), 9001, || Ok(MAC))
+}
+
+#[test]
+fn a_pair_made_ahead_and_wired_later_makes_the_calls_and_state_of_one_add() {
+    for table in [RT_TABLE_MAIN, TABLE] {
+        let (net, host, pod) = FakeNet::node_and_pod();
+        let veth = early(&host, &pod)
+            .expect("pair")
+            .expect("no veth of that name");
+        let wiring = wire_pod_veth(&host, &pod, &veth, &spec(table)).expect("wire");
+        let calls = net.take_calls();
+        let state = net.state();
+
+        let (net2, host2, pod2) = FakeNet::node_and_pod();
+        let whole = add(&host2, &pod2, table).expect("ADD");
+        assert_eq!(calls, net2.take_calls(), "table {table}");
+        assert_eq!(state, net2.state(), "table {table}");
+        assert_eq!(wiring, whole);
+        assert_eq!(
+            (veth.host_index, veth.container_index, veth.host_mac),
+            (3, 2, MAC)
+        );
+    }
+}
+
+#[test]
+fn no_pair_is_made_ahead_where_the_host_veth_exists_a_repeated_add() {
+    let (net, host, pod) = FakeNet::node_and_pod();
+    add(&host, &pod, RT_TABLE_MAIN).expect("the first ADD");
+    net.take_calls();
+    let before = net.state();
+    assert_eq!(early(&host, &pod).expect("looked up"), None);
+    assert_eq!(net.take_calls(), ["host: get link enic440f455693"]);
+    assert_eq!(net.state(), before);
+}
+
+#[test]
+fn a_pair_ahead_is_refused_when_the_pod_has_the_interface_and_leaves_nothing_on_failure() {
+    let (net, host, pod) = FakeNet::node_and_pod();
+    pod.seed_link("eth0", None);
+    let before = net.state();
+    let err = early(&host, &pod).expect_err("eth0 exists");
+    assert!(
+        matches!(err, NetlinkError::ContainerIfaceExists { ref name } if name == "eth0"),
+        "{err}"
+    );
+    assert_eq!(net.state(), before);
+
+    // A failure once the pair exists takes it away again.
+    let (net, host, pod) = FakeNet::node_and_pod();
+    let before = net.state();
+    net.fail_first("host: set link", EPERM);
+    let err = early(&host, &pod).expect_err("the injected failure");
+    assert_eq!(err.errno(), Some(EPERM), "{err}");
+    assert_eq!(net.state(), before);
+    assert!(
+        net.take_calls()
+            .ends_with(&[format!("host: delete link {VETH}")]),
+        "the pair is deleted"
+    );
+}
+
+#[test]
+fn a_failure_wiring_a_pair_made_ahead_removes_everything_the_pair_too() {
+    let all = add_calls(TABLE);
+    let wiring_starts = all
+        .iter()
+        .position(|c| c.starts_with("host: replace route"))
+        .expect("the first wiring call");
+    for (nth, step) in all[wiring_starts..].iter().enumerate() {
+        let (net, host, pod) = FakeNet::node_and_pod();
+        let before = net.state();
+        let veth = early(&host, &pod).unwrap().unwrap();
+        net.take_calls();
+        net.fail_call(nth, EPERM);
+        let err = wire_pod_veth(&host, &pod, &veth, &spec(TABLE)).expect_err("injected");
+        assert_eq!(err.errno(), Some(EPERM), "failing {step}: {err}");
+        assert_eq!(net.state(), before, "failing {step}");
+    }
+}
+
+#[test]
+fn a_pair_that_went_meanwhile_is_a_not_found_error_and_one_for_another_spec_is_refused() {
+    let (net, host, pod) = FakeNet::node_and_pod();
+    let veth = early(&host, &pod).unwrap().unwrap();
+    host.delete_link_by_name(VETH).unwrap();
+    let before = net.state();
+    let err = wire_pod_veth(&host, &pod, &veth, &spec(TABLE)).expect_err("the pair is gone");
+    assert!(err.is_not_found(), "{err}");
+    assert_eq!(net.state(), before);
+    remove_pod_veth(&host, &veth).expect("a pair that is gone is removed already");
+
+    let (_net, host, pod) = FakeNet::node_and_pod();
+    let veth = early(&host, &pod).unwrap().unwrap();
+    let other = PodSpec {
+        mtu: 1500,
+        ..spec(TABLE)
+    };
+    let err = wire_pod_veth(&host, &pod, &veth, &other).expect_err("another MTU");
+    assert!(err.to_string().starts_with("invalid pod spec"), "{err}");
+    remove_pod_veth(&host, &veth).expect("removed");
+    assert!(host.state().link_named(VETH).is_none());
+    assert!(pod.state().link_named("eth0").is_none());
+}

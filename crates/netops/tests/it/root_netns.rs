@@ -9,7 +9,8 @@ use std::path::Path;
 
 use netops::{
     CheckError, ExpectedPod, Netlink, NetlinkError, PodSpec, PodWiring, RT_TABLE_MAIN, check_pod,
-    format_mac, routed_elsewhere, setup_pod, teardown_host,
+    create_pod_veth, format_mac, remove_pod_veth, routed_elsewhere, setup_pod, teardown_host,
+    wire_pod_veth,
 };
 use support::{NsPair, run};
 use testkit::netns::count;
@@ -335,6 +336,36 @@ fn stale_host_veth_is_replaced() {
         &expected(RT_TABLE_MAIN, Some(&wiring)),
     )
     .expect("clean");
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
+fn a_pair_made_before_the_address_is_wired_as_setup_pod_wires_it() {
+    let ns = NsPair::new();
+    let (host, pod) = (ns.host_nl(), ns.pod_nl());
+    let veth = create_pod_veth(&host, &pod, VETH, "eth0", 9001)
+        .expect("create the pair")
+        .expect("no veth of that name yet");
+    let wiring = wire_pod_veth(&host, &pod, &veth, &spec(3)).expect("wire it");
+    check_pod(&host, &pod, &expected(3, Some(&wiring))).expect("checks as setup_pod's");
+    assert_eq!(
+        create_pod_veth(&host, &pod, VETH, "eth0", 9001).expect("looked up"),
+        None,
+        "a repeated ADD finds the veth and leaves it to setup_pod"
+    );
+
+    // A pair whose pod gets no address goes again, whole.
+    teardown_host(&host, IP, Some(VETH)).expect("teardown");
+    let veth = create_pod_veth(&host, &pod, VETH, "eth0", 9001)
+        .unwrap()
+        .expect("the old pair is gone");
+    remove_pod_veth(&host, &veth).expect("remove");
+    assert_host_clean(&ns);
+    let pod_links = ns.ip_pod(&["-o", "link", "show"]);
+    assert!(
+        !pod_links.iter().any(|l| l.contains("eth0")),
+        "pod end left: {pod_links:?}"
+    );
 }
 
 #[test]
