@@ -235,9 +235,9 @@ bench_latency() {
     MISSES+=("- **ADD latency**: the median ADD took $(ms "$(awk -v v="$v" 'BEGIN { print v * 1000 }')") ms," \
       "${add_ratio}x ptp + host-local's $(ms "$(awk -v p="$p" 'BEGIN { print p * 1000 }')") ms above the exec floor; 0.20x is $goal ms," \
       "so the ADD is $(awk -v v="$v" -v g="$goal" 'BEGIN { printf "%.2f", v - g }') ms too slow. Where the time goes (the phase table above):" \
-      "$(ms "$a1") ms waiting for ipamd, which persists the assignment before it answers;" \
-      "$(ms "$a2") ms of netlink requests wiring the pod (veth pair, the move into the pod," \
-      "addresses, routes, rules); and $(awk -v t="$v" -v a="$a1" -v b="$a2" 'BEGIN { printf "%.2f", t - (a + b) / 1000 }') ms for the rest, of which starting any process" \
+      "$(ms "$a1") ms from the request to ipamd's answer, in which the plugin makes the veth pair" \
+      "and ipamd persists the assignment; $(ms "$a2") ms of netlink requests wiring the pod's" \
+      "addresses, routes, rules and neighbour; and $(awk -v t="$v" -v a="$a1" -v b="$a2" 'BEGIN { printf "%.2f", t - (a + b) / 1000 }') ms for the rest, of which starting any process" \
       "costs $(hf_median "$WORK/true.json" | awk '{ printf "%.2f", $1 }') ms on this machine (\`/bin/true\`).")
   fi
   doc "## ADD, DEL and VERSION latency" "" \
@@ -266,7 +266,7 @@ bench_latency() {
     "Where vpc-cni's time goes (medians over the runs above, from the timestamps of its own log;" \
     "\"the rest\" is the hyperfine median minus the two logged phases: exec, dynamic loading, reading" \
     "and parsing the config, opening the log, printing the result and exiting):" "" \
-    "| Verb | ipamd round trip (request parsed -> ipamd's answer) | netlink (answer -> wired / torn down) | the rest |" \
+    "| Verb | ipamd round trip (request parsed -> ipamd's answer; an ADD makes the veth pair meanwhile) | netlink (answer -> wired / torn down) | the rest |" \
     "|---|---|---|---|" \
     "| ADD | $(ms "$a1") ms | $(ms "$a2") ms | $(awk -v t="$(hf_median "$WORK/v-add.json")" -v a="$a1" -v b="$a2" 'BEGIN { printf "%.2f", t - (a + b) / 1000 }') ms |" \
     "| DEL | $(ms "$d1") ms | $(ms "$d2") ms | $(awk -v t="$(hf_median "$WORK/v-del.json")" -v a="$d1" -v b="$d2" 'BEGIN { printf "%.2f", t - (a + b) / 1000 }') ms |" ""

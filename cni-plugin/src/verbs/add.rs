@@ -1,11 +1,15 @@
-//! ADD: an address from ipamd, then the pod's veth, routes and host rules.
+//! ADD: an address from ipamd, then the pod's veth, routes and host rules. The veth pair, the
+//! slowest request of the wiring and one that needs no address, is made while ipamd answers.
 
 use std::path::Path;
 
 use cni::{CniError, CniResult};
 use ipam_proto::{AddRequest, Allocation, Client, DelReason, DelRequest};
-use netops::{ExpectedPod, Netlink, PodSpec, check_pod, setup_pod};
-use tracing::{error, info, warn};
+use netops::{
+    ExpectedPod, Netlink, PodSpec, PodVeth, check_pod, create_pod_veth, remove_pod_veth, setup_pod,
+    wire_pod_veth,
+};
+use tracing::{debug, error, info, warn};
 
 use super::Attachment;
 use crate::errors::add_failed;
@@ -34,11 +38,18 @@ pub fn run(att: &Attachment, client: &Client) -> Result<CniResult, CniError> {
         pod: att.pod.clone(),
         netns: att.netns().to_owned(),
     };
-    let reply = client.add(request).map_err(|e| {
+    let failed = |e| {
         let err = add_failed(&e);
         error!("{}", err.msg);
         err
-    })?;
+    };
+    let pending = client.start_add(request).map_err(failed)?;
+    let early = EarlyPair::create(att);
+    let reply = pending.reply().map_err(|e| {
+        EarlyPair::remove(early.as_ref());
+        failed(e)
+    });
+    let reply = reply?;
     let allocation = reply.allocation;
     let addresses = allocation.addresses();
     info!(
@@ -54,6 +65,7 @@ pub fn run(att: &Attachment, client: &Client) -> Result<CniResult, CniError> {
         att.key
     );
     if addresses.is_empty() {
+        EarlyPair::remove(early.as_ref());
         // Nothing to wire; a pod without an address is worse than a failed ADD. Handing back
         // what this ADD got (nothing usable) lets ipamd forget the attachment.
         let details = if reply.existing {
@@ -70,7 +82,9 @@ pub fn run(att: &Attachment, client: &Client) -> Result<CniResult, CniError> {
         return Err(err);
     }
 
+    // A pair made just now means the pod had no veth: a repeated ADD finds its own.
     if reply.existing
+        && early.is_none()
         && let Some(wired) = already_wired(att, &allocation)
     {
         info!(
@@ -79,7 +93,7 @@ pub fn run(att: &Attachment, client: &Client) -> Result<CniResult, CniError> {
         );
         return Ok(add_result(att.conf.prev_result.clone(), &wired));
     }
-    match wire(att, &allocation) {
+    match wire(att, &allocation, early) {
         Ok(wired) => {
             info!(
                 "wired {addresses} on {} in {} to host veth {}",
@@ -140,11 +154,49 @@ fn already_wired(att: &Attachment, allocation: &Allocation) -> Option<Wired> {
     })
 }
 
-fn wire(att: &Attachment, allocation: &Allocation) -> Result<Wired, SetupFailure> {
+/// The pod's veth pair, made while ipamd answers, with the sockets that made it.
+struct EarlyPair {
+    host: Netlink,
+    pod: Netlink,
+    veth: PodVeth,
+}
+
+impl EarlyPair {
+    /// `None` where the pod has a veth already (a repeated ADD: its wiring is checked or
+    /// replaced once the address is known) or the pair cannot be made now: the wiring after
+    /// ipamd's answer then runs every step and reports what fails.
+    fn create(att: &Attachment) -> Option<EarlyPair> {
+        let host = Netlink::current().ok()?;
+        let pod = Netlink::in_netns(Path::new(att.netns())).ok()?;
+        match create_pod_veth(&host, &pod, &att.host_veth, &att.inv.ifname, att.conf.mtu) {
+            Ok(Some(veth)) => Some(EarlyPair { host, pod, veth }),
+            Ok(None) => None,
+            Err(e) => {
+                debug!("veth pair for {} not made ahead: {e}", att.key);
+                None
+            }
+        }
+    }
+
+    /// Deletes the pair when the pod gets no address after all.
+    fn remove(pair: Option<&EarlyPair>) {
+        if let Some(p) = pair
+            && let Err(e) = remove_pod_veth(&p.host, &p.veth)
+        {
+            warn!(
+                "could not delete the veth pair {} of a pod without an address: {e}",
+                p.veth.host_veth
+            );
+        }
+    }
+}
+
+fn wire(
+    att: &Attachment,
+    allocation: &Allocation,
+    early: Option<EarlyPair>,
+) -> Result<Wired, SetupFailure> {
     let netns = att.netns();
-    let host = Netlink::current().map_err(step("open netlink in the node namespace"))?;
-    let pod =
-        Netlink::in_netns(Path::new(netns)).map_err(step("open the pod network namespace"))?;
     let spec = PodSpec {
         host_veth: att.host_veth.clone(),
         container_ifname: att.inv.ifname.clone(),
@@ -154,7 +206,24 @@ fn wire(att: &Attachment, allocation: &Allocation) -> Result<Wired, SetupFailure
         mtu: att.conf.mtu,
         route_table: allocation.route_table,
     };
-    let wiring = setup_pod(&host, &pod, &spec).map_err(step("wire the pod"))?;
+    let wiring = match early {
+        Some(pair) => match wire_pod_veth(&pair.host, &pair.pod, &pair.veth, &spec) {
+            // ipamd deletes a veth that carries no route for some seconds, and an ADD may
+            // wait that long for the pool to grow: the pair is made again.
+            Err(e) if e.is_not_found() => {
+                debug!("the veth pair made ahead is gone ({e}): wiring from the start");
+                setup_pod(&pair.host, &pair.pod, &spec)
+            }
+            other => other,
+        },
+        None => {
+            let host = Netlink::current().map_err(step("open netlink in the node namespace"))?;
+            let pod = Netlink::in_netns(Path::new(netns))
+                .map_err(step("open the pod network namespace"))?;
+            setup_pod(&host, &pod, &spec)
+        }
+    }
+    .map_err(step("wire the pod"))?;
     Ok(Wired {
         host_veth: spec.host_veth,
         host_mac: wiring.host_mac,

@@ -128,6 +128,41 @@ fn add_check_del_in_every_version() {
 
 #[test]
 #[ignore = "needs root: run by scripts/test.sh as root"]
+fn an_add_that_gets_no_address_leaves_no_veth_on_either_side() {
+    // The pair is made while ipamd answers; a refusal takes it away again.
+    let ns = Namespaces::new();
+    let ipamd = FakeIpamd::start(|_| {
+        Err(ipam_proto::DaemonError::new(
+            ipam_proto::ErrorKind::NoAddresses,
+            "subnet exhausted",
+        ))
+    });
+    let out = call(
+        "ADD",
+        &ns,
+        "refused",
+        &ns.pod_path(),
+        conf("1.1.0", &ipamd.path_str(), json!({})),
+    );
+    out.error(11, "subnet exhausted");
+    let node_links = ns.ip_node(&["-o", "link", "show"]);
+    assert!(
+        !node_links.iter().any(|l| l.contains(&veth("refused"))),
+        "host veth left: {node_links:?}"
+    );
+    let pod_links = ns.ip_pod(&["-o", "link", "show"]);
+    assert!(
+        !pod_links.iter().any(|l| l.contains("eth0")),
+        "pod end left: {pod_links:?}"
+    );
+    // And the pod still gets wired once there is an address.
+    let ipamd = FakeIpamd::pool(ip(), 254);
+    add(&ns, &ipamd, "refused", "1.1.0");
+    assert!(ns.ping_from_node(IP), "pod not reachable from the node");
+}
+
+#[test]
+#[ignore = "needs root: run by scripts/test.sh as root"]
 fn check_names_what_was_changed_by_hand() {
     let ns = Namespaces::new();
     let ipamd = FakeIpamd::pool(ip(), 254);
