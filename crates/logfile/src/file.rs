@@ -156,7 +156,10 @@ impl RotatingFile {
         };
         // Open the log now, so that a log that cannot be written is known before the first
         // record (the plugin falls back to stderr, ipamd refuses to start).
-        log.locked(|log, current| log.reopen_if_moved(current).map(|_| ()))?;
+        log.locked(|log, current| {
+            log.reopen_if_moved(current, fs::metadata(&log.path).ok())
+                .map(|_| ())
+        })?;
         Ok(log)
     }
 
@@ -187,9 +190,9 @@ impl RotatingFile {
             return Ok(());
         }
         self.locked(|log, current| {
-            let size = match fs::metadata(&log.path) {
-                Ok(meta) => meta.len(),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+            let on_disk = match fs::metadata(&log.path) {
+                Ok(meta) => Some(meta),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => None,
                 Err(source) => {
                     return Err(LogFileError::Stat {
                         path: log.path.clone(),
@@ -197,13 +200,15 @@ impl RotatingFile {
                     });
                 }
             };
+            let size = on_disk.as_ref().map_or(0, |meta| meta.len());
             let needed = size.saturating_add(record.len() as u64);
-            let rotated = if size > 0 && needed > log.rotation.max_size() {
-                log.rotate()
+            let (rotated, on_disk) = if size > 0 && needed > log.rotation.max_size() {
+                // The path names another file now, or none.
+                (log.rotate(), fs::metadata(&log.path).ok())
             } else {
-                Ok(())
+                (Ok(()), on_disk)
             };
-            let file = log.reopen_if_moved(current)?;
+            let file = log.reopen_if_moved(current, on_disk)?;
             file.write_all(record)
                 .map_err(|source| LogFileError::Write {
                     path: log.path.clone(),
@@ -257,12 +262,12 @@ impl RotatingFile {
     }
 
     /// The file at the path, opened again when this process's is another one (rotated away,
-    /// or removed) or none. Called under the lock.
+    /// or removed) or none. `on_disk` is what the path names now (stat'ed under the lock).
     fn reopen_if_moved<'a>(
         &self,
         current: &'a mut Option<Current>,
+        on_disk: Option<fs::Metadata>,
     ) -> Result<&'a mut File, LogFileError> {
-        let on_disk = fs::metadata(&self.path).ok();
         let same = match (current.as_ref(), on_disk) {
             (Some(c), Some(meta)) => c.dev == meta.dev() && c.ino == meta.ino(),
             _ => false,
