@@ -48,8 +48,7 @@ pub fn run(att: &Attachment, client: &Client) -> Result<CniResult, CniError> {
     let reply = pending.reply().map_err(|e| {
         EarlyPair::remove(early.as_ref());
         failed(e)
-    });
-    let reply = reply?;
+    })?;
     let allocation = reply.allocation;
     let addresses = allocation.addresses();
     info!(
