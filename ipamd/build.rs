@@ -10,10 +10,13 @@
 //! are skipped without a warning; scripts/bench.sh says how many still match.
 
 use std::env;
-use std::path::Path;
+use std::path::PathBuf;
 
 fn main() {
-    let order = Path::new(env!("CARGO_MANIFEST_DIR")).join("hot-code.order");
+    // Read when the script runs, not when it was compiled: one target directory serves several
+    // checkouts (CI's clone, the work tree), and cargo reuses a compiled build script across them.
+    let dir = env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default();
+    let order = PathBuf::from(dir).join("hot-code.order");
     println!("cargo:rerun-if-changed={}", order.display());
     let target = env::var("TARGET").unwrap_or_default();
     if target != "x86_64-unknown-linux-gnu" {
